@@ -1,0 +1,379 @@
+"""The chain: per-choice transformer pipelines, and the chunks they emit.
+
+``Chain`` is sans-I/O. It is fed decoded chunks (a ``ChunkView`` plus the
+original, as bytes or a dict) and returns what to send on: ``PASS`` (send
+the original unchanged — the fast path), new chunk dicts, or ``KEEPALIVE``
+(text is being held; send an SSE comment so nobody times out). Each choice
+index (``n > 1``) has its own pipeline:
+
+    accumulate -> reasoning -> repetition -> detect -> residue
+
+The last three text transformers run only when the request offered tools
+(reasoning/detect/residue); a reply to a request without tools is never
+rewritten, only cut if it loops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from .chunks import ChoiceView, ChunkView, DeltaView
+from .context import Context
+from .delta import Delta, ToolCall, Transform
+from .transforms.accumulate import Accumulator
+from .transforms.detect import ToolTagDetector
+from .transforms.reasoning import ReasoningSplitter
+from .transforms.repetition import RepetitionCutter
+from .transforms.residue import ResidueStripper
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+PASS: Final = _Marker("PASS")
+KEEPALIVE: Final = _Marker("KEEPALIVE")
+Out = _Marker | dict[str, Any]
+
+_OWNED_DELTA_KEYS = frozenset(
+    {"content", "reasoning_content", "reasoning", "tool_calls", "function_call"}
+)
+_OWNED_CHOICE_KEYS = frozenset({"index", "delta", "message", "finish_reason", "streamfix"})
+
+
+def build_pipeline(ctx: Context) -> list[Transform]:
+    """The transformers of one choice, in order, as the context asks."""
+    opts = ctx.options
+    steps: list[Transform] = [Accumulator(ctx)]
+    if ctx.has_tools and opts.split_reasoning:
+        steps.append(ReasoningSplitter(ctx))
+    if opts.repetition:
+        steps.append(RepetitionCutter(ctx))
+    if ctx.has_tools and opts.lift:
+        steps.append(ToolTagDetector(ctx))
+    if ctx.has_tools and opts.strip:
+        steps.append(ResidueStripper(ctx))
+    return steps
+
+
+class _Choice:
+    """State of one choice index."""
+
+    __slots__ = ("steps", "done", "cut", "n_calls", "reasoning_key", "saw_output")
+
+    def __init__(self, ctx: Context) -> None:
+        self.steps = build_pipeline(ctx)
+        self.done = False
+        self.cut = False
+        self.n_calls = 0  # calls emitted so far: the next call's index
+        self.reasoning_key = "reasoning_content"
+        self.saw_output = False  # any text or call reached the client
+
+    def run(self, d: Delta, closing: bool) -> None:
+        for step in self.steps:
+            if closing:
+                step.close(d)
+            else:
+                step.feed(d)
+                if d.stop:
+                    closing = True
+        if closing:
+            self.done = True
+            self.cut = d.stop
+
+
+def delta_in(dv: DeltaView | None, finish_reason: str | None) -> Delta:
+    if dv is None:
+        return Delta(finish_reason=finish_reason)
+    return Delta(
+        content=dv.content,
+        reasoning=dv.reasoning_content if dv.reasoning_content is not None else dv.reasoning,
+        fragments=dv.tool_calls or None,
+        finish_reason=finish_reason,
+    )
+
+
+class Chain:
+    """Sans-I/O repair of one chat-completion stream (or one completion)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.report = ctx.report
+        self._choices: dict[int, _Choice] = {}
+        #: The last chunk seen, as a template for chunks we must create at
+        #: end of stream (its id, model, created…).
+        self._template: dict[str, Any] | None = None
+        self._template_src: bytes | dict[str, Any] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """True once every choice ended by a cut: stop reading upstream."""
+        return bool(self._choices) and all(c.cut for c in self._choices.values())
+
+    def _choice(self, index: int) -> _Choice:
+        st = self._choices.get(index)
+        if st is None:
+            st = self._choices[index] = _Choice(self.ctx)
+        return st
+
+    # -- streaming ---------------------------------------------------------
+
+    def feed(self, view: ChunkView, original: bytes | dict[str, Any]) -> list[Out]:
+        """One chunk in; what to send on out (see module docstring)."""
+        choices = view.choices
+        if not choices or view.error is not None:
+            return [PASS]
+        self._template_src = original
+        self._template = None
+        results: list[tuple[ChoiceView, Delta | None]] = []
+        changed = finished = False
+        for ch in choices:
+            st = self._choice(ch.index)
+            if st.done:
+                if st.cut:
+                    changed = True  # after a cut, the choice says no more
+                    results.append((ch, None))
+                else:
+                    results.append((ch, _NO_CHANGE))
+                continue
+            dv = ch.delta
+            d = delta_in(dv, ch.finish_reason)
+            if dv is not None and dv.reasoning is not None and dv.reasoning_content is None:
+                st.reasoning_key = "reasoning"
+            content0, reasoning0 = d.content, d.reasoning
+            had_fragments = d.fragments is not None
+            st.run(d, ch.finish_reason is not None)
+            if st.done:
+                finished = True
+            if (
+                d.content is not content0
+                or d.reasoning is not reasoning0
+                or had_fragments
+                or d.calls
+                or d.finish_reason != ch.finish_reason
+                or d.ext
+                or (dv is not None and dv.function_call is not None and dv.tool_calls)
+            ):
+                changed = True
+            if d.content or d.calls or d.reasoning:
+                st.saw_output = True
+            results.append((ch, d))
+        if finished:
+            self._check_empty()
+        if not changed:
+            return [PASS]
+        obj = self._original_obj(original)
+        out = self._rebuild(obj, results)
+        if not out and self.ctx.options.keepalive:
+            return [KEEPALIVE]
+        return out
+
+    def close(self) -> list[Out]:
+        """End of stream (``[DONE]`` or the connection closed): resolve
+        every choice that never got a finish chunk."""
+        pending = [(i, st) for i, st in self._choices.items() if not st.done]
+        if not pending:
+            return []
+        template = self._template_obj()
+        results: list[tuple[ChoiceView, Delta | None]] = []
+        for index, st in pending:
+            d = Delta()
+            st.run(d, True)
+            if d.content or d.calls or d.reasoning:
+                st.saw_output = True
+            results.append((ChoiceView(index=index), d))
+        self._check_empty()
+        return self._rebuild(template, results, synthetic=True)
+
+    def _check_empty(self) -> None:
+        if self.ctx.has_tools and self._choices and all(
+            st.done and not st.saw_output and not st.cut for st in self._choices.values()
+        ):
+            self.report.empty_after_repair = True
+
+    # -- non-streaming -----------------------------------------------------
+
+    def complete(self, completion: dict[str, Any]) -> dict[str, Any]:
+        """Repair a whole ``chat.completion``: each message goes through the
+        same pipeline as one delta that is also the last."""
+        choices = completion.get("choices")
+        if not isinstance(choices, list):
+            return completion
+        out = dict(completion)
+        new_choices = []
+        for pos, ch in enumerate(choices):
+            if not isinstance(ch, dict) or not isinstance(ch.get("message"), dict):
+                new_choices.append(ch)
+                continue
+            from .chunks import view_of
+
+            view = view_of({"choices": [ch]})
+            cv = view.choices[0] if view.choices else ChoiceView(index=pos)
+            st = self._choice(cv.index)
+            d = delta_in(cv.message, cv.finish_reason)
+            mv = cv.message
+            if mv is not None and mv.tool_calls:
+                # A message's calls are complete but have no index: number them.
+                for i, tc in enumerate(mv.tool_calls):
+                    if tc.index is None:
+                        tc.index = i
+            st.run(d, True)
+            if d.content or d.calls or d.reasoning:
+                st.saw_output = True
+            new_choices.append(self._message_choice(ch, d, st))
+        out["choices"] = new_choices
+        self._check_empty()
+        return out
+
+    def _message_choice(self, ch: dict[str, Any], d: Delta, st: _Choice) -> dict[str, Any]:
+        msg_in: dict[str, Any] = ch["message"]
+        msg = {k: v for k, v in msg_in.items() if k not in _OWNED_DELTA_KEYS}
+        reasoning_key = "reasoning" if "reasoning" in msg_in and "reasoning_content" not in msg_in else "reasoning_content"
+        calls = d.calls or []
+        msg["content"] = d.content if (d.content or not calls) else None
+        if msg["content"] is None and not calls and "content" not in msg_in:
+            del msg["content"]
+        if d.reasoning is not None:
+            msg[reasoning_key] = d.reasoning
+        if calls:
+            msg["tool_calls"] = [_call_obj(c) for c in calls]
+        elif "tool_calls" in msg_in and msg_in["tool_calls"] is not None:
+            msg["tool_calls"] = []
+        if "function_call" in msg_in and not calls:
+            msg["function_call"] = msg_in["function_call"]
+        out = {k: v for k, v in ch.items() if k != "message"}
+        out["message"] = msg
+        out["finish_reason"] = d.finish_reason
+        if d.ext:
+            out["streamfix"] = d.ext
+        return out
+
+    # -- building output chunks -------------------------------------------
+
+    @staticmethod
+    def _original_obj(original: bytes | dict[str, Any]) -> dict[str, Any]:
+        if isinstance(original, dict):
+            return original
+        obj = orjson.loads(original)
+        assert isinstance(obj, dict)
+        return obj
+
+    def _template_obj(self) -> dict[str, Any]:
+        if self._template is None:
+            src = self._template_src
+            self._template = self._original_obj(src) if src is not None else {
+                "object": "chat.completion.chunk"
+            }
+        return self._template
+
+    def _rebuild(
+        self,
+        obj: dict[str, Any],
+        results: list[tuple[ChoiceView, Delta | None]],
+        synthetic: bool = False,
+    ) -> list[Out]:
+        """The chunks to send for one input chunk whose choices changed.
+
+        Per choice: a chunk with its text and every field we do not own,
+        then one chunk per complete call, then the finish (merged into the
+        first when there is no call). Top-level fields are copied to each;
+        ``usage`` goes on the last only, so it is counted once.
+        """
+        top = {k: v for k, v in obj.items() if k not in ("choices", "usage")}
+        orig_choices: dict[int, dict[str, Any]] = {}
+        if not synthetic:
+            for pos, c in enumerate(obj.get("choices") or []):
+                if isinstance(c, dict):
+                    idx = c.get("index", pos)
+                    orig_choices[idx if isinstance(idx, int) else pos] = c
+        pieces: list[dict[str, Any]] = []
+        for cv, d in results:
+            ch_obj = orig_choices.get(cv.index, {})
+            if d is _NO_CHANGE:
+                pieces.append(ch_obj)
+                continue
+            if d is None:
+                continue
+            st = self._choices[cv.index]
+            pieces.extend(self._choice_pieces(cv.index, ch_obj, d, st))
+        if not pieces:
+            return []
+        out: list[Out] = []
+        for piece in pieces:
+            chunk = dict(top)
+            chunk["choices"] = [piece]
+            out.append(chunk)
+        if "usage" in obj:
+            last = out[-1]
+            assert isinstance(last, dict)
+            last["usage"] = obj["usage"]
+        return out
+
+    def _choice_pieces(
+        self, index: int, ch_obj: dict[str, Any], d: Delta, st: _Choice
+    ) -> list[dict[str, Any]]:
+        delta_obj = ch_obj.get("delta")
+        new_delta: dict[str, Any] = {}
+        keep = False
+        if isinstance(delta_obj, dict):
+            for k, v in delta_obj.items():
+                if k not in _OWNED_DELTA_KEYS:
+                    new_delta[k] = v
+                    keep = keep or v is not None
+        head: dict[str, Any] = {"index": index}
+        for k, v in ch_obj.items():
+            if k not in _OWNED_CHOICE_KEYS:
+                head[k] = v
+                keep = keep or v is not None
+        if d.content:
+            new_delta["content"] = d.content
+            keep = True
+        if d.reasoning:
+            new_delta[st.reasoning_key] = d.reasoning
+            keep = True
+        pieces: list[dict[str, Any]] = []
+        head["delta"] = new_delta
+        head["finish_reason"] = None
+        if keep:
+            pieces.append(head)
+        for call in d.calls or ():
+            pieces.append(
+                {
+                    "index": index,
+                    "delta": {"tool_calls": [_call_obj(call, st.n_calls)]},
+                    "finish_reason": None,
+                }
+            )
+            st.n_calls += 1
+            self.report.count(f"calls.{call.source}")
+        if d.finish_reason is not None or d.ext:
+            if pieces and not d.calls and pieces[-1] is head:
+                fin = head
+            else:
+                fin = {"index": index, "delta": {}}
+                pieces.append(fin)
+            fin["finish_reason"] = d.finish_reason
+            if d.ext:
+                fin["streamfix"] = d.ext
+        return pieces
+
+
+_NO_CHANGE: Final = Delta()
+
+
+def _call_obj(call: ToolCall, index: int | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    if index is not None:
+        obj["index"] = index
+    obj["id"] = call.id
+    obj["type"] = "function"
+    obj["function"] = {"name": call.name, "arguments": call.arguments}
+    return obj

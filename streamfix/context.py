@@ -1,0 +1,125 @@
+"""What one request tells the chain, and what the chain reports back.
+
+``Context`` is built once per request from the client's body (its ``tools``
+and ``tool_choice``) and the caller's options. ``Report`` is the chain's
+side channel to the I/O layer and the metrics: what was repaired, whether
+the stream was cut (so the proxy closes the upstream at once), whether the
+reply came out empty or with a cut-off call (so the proxy can ask again).
+Both are plain data; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Unrecognised-markup samples kept per stream; each is at most
+#: ``SAMPLE_CHARS`` long. Enough to show the next shape to a maintainer,
+#: bounded so that a hostile stream cannot grow memory through them.
+MAX_SAMPLES = 8
+SAMPLE_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One offered tool: its name and JSON schema of parameters."""
+
+    name: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Options:
+    """Keyword options of ``fix_sse`` / ``fix_chunks`` / ``fix_completion``.
+
+    Each repair can be switched off alone; the defaults are what a user of
+    the proxy gets.
+    """
+
+    lift: bool = True  # lift tool calls written as text (needs ``tools``)
+    strip: bool = True  # strip residual call markup (needs ``tools``)
+    split_reasoning: bool = True  # <think>…</think> to reasoning (needs ``tools``)
+    repetition: bool = True  # cut repetition loops
+    keepalive: bool = True  # SSE comments while text is held
+    max_event_bytes: int = 4 * 1024 * 1024  # see sse.MAX_EVENT_BYTES
+    #: Longest call the detector holds (characters). A region that grows
+    #: past it is not a call anyone can use: it is released/stripped as the
+    #: detector documents, and counted.
+    max_call_chars: int = 256 * 1024
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> Options:
+        known = cls.__dataclass_fields__
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"unknown streamfix option(s): {', '.join(unknown)}")
+        return cls(**options)
+
+
+def tools_of(request: dict[str, Any] | None) -> dict[str, ToolSpec]:
+    """The offered tools by name. Malformed entries are skipped: the
+    request is validated where it arrives (the proxy), not here."""
+    tools: dict[str, ToolSpec] = {}
+    if not request:
+        return tools
+    raw = request.get("tools")
+    if not isinstance(raw, list):
+        return tools
+    for t in raw:
+        if not isinstance(t, dict):
+            continue
+        fn = t.get("function") if t.get("type", "function") == "function" else None
+        if not isinstance(fn, dict):
+            continue
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        params = fn.get("parameters")
+        tools[name] = ToolSpec(name, params if isinstance(params, dict) else {})
+    return tools
+
+
+@dataclass(slots=True)
+class Report:
+    """What the chain did to one stream. Read by the proxy and metrics."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Set when a transformer ended the turn early, e.g.
+    #: ``{"cut": "repetition", "period": 12}``. The I/O layer must stop
+    #: reading and close the upstream request.
+    cut: dict[str, Any] | None = None
+    #: A tool call was cut off by the output limit (no call was returned).
+    truncated_call: bool = False
+    #: The reply is empty after repair (no text, no call): ask again.
+    empty_after_repair: bool = False
+    unrecognised: list[str] = field(default_factory=list)
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] += n
+
+    def sample_unrecognised(self, text: str) -> None:
+        self.counts["unrecognised_markup"] += 1
+        if len(self.unrecognised) < MAX_SAMPLES:
+            self.unrecognised.append(text[:SAMPLE_CHARS])
+
+
+@dataclass(slots=True)
+class Context:
+    tools: dict[str, ToolSpec]
+    tool_choice: Any
+    options: Options
+    report: Report
+
+    @property
+    def has_tools(self) -> bool:
+        return bool(self.tools)
+
+    @classmethod
+    def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
+        return cls(
+            tools=tools_of(request),
+            tool_choice=(request or {}).get("tool_choice"),
+            options=Options.of(options),
+            report=Report(),
+        )

@@ -1,0 +1,124 @@
+"""One repaired SSE stream, sans-I/O: bytes from the upstream in, bytes for
+the client out. The async mounts (``fix_sse``, the proxy, the middlewares)
+are thin loops around this class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .chain import KEEPALIVE, PASS, Chain, Out
+from .chunks import decode_view
+from .context import Context, Report
+from .errors import UpstreamProtocolError
+from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
+
+
+def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
+    """An OpenAI-shaped error as an SSE event: the OpenAI SDK raises it as
+    an ``APIError`` instead of treating the stream as a normal end."""
+    err: dict[str, Any] = {"message": message, "type": type_, "code": code}
+    return encode_data(orjson.dumps({"error": err}))
+
+
+_KEEPALIVE_BYTES = encode_comment()
+
+
+class SSESession:
+    """Repair one chat-completion SSE stream.
+
+    ``feed(data)`` takes bytes exactly as read from the network and returns
+    the bytes to send on (possibly empty); ``close()`` is called once the
+    upstream has ended. ``stopped`` turns true when the chain ended the turn
+    early (a loop was cut): stop reading and close the upstream request; the
+    returned bytes already end the stream properly. ``report`` says what
+    was repaired.
+    """
+
+    def __init__(self, request: dict[str, Any] | None = None, **options: Any) -> None:
+        self.ctx = Context.of(request, options)
+        self.chain = Chain(self.ctx)
+        self._decoder = SSEDecoder(self.ctx.options.max_event_bytes)
+        #: True once the stream is over for the client ([DONE] sent or a cut).
+        self.finished = False
+        #: The upstream sent ``data: [DONE]``.
+        self.saw_done = False
+
+    @property
+    def report(self) -> Report:
+        return self.ctx.report
+
+    @property
+    def stopped(self) -> bool:
+        return self.chain.stopped
+
+    def feed(self, data: bytes) -> bytes:
+        """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
+        if self.finished:
+            return b""
+        return self._events(self._decoder.feed(data))
+
+    def close(self) -> bytes:
+        """The upstream ended. Flushes what is held. Adds no ``[DONE]`` the
+        upstream did not send (the I/O layer decides what a truncated
+        stream means)."""
+        if self.finished:
+            return b""
+        out = self._events(self._decoder.close())
+        if not self.finished:
+            out += self._encode(self.chain.close(), b"")
+        return out
+
+    def fail(self, exc: Exception) -> bytes:
+        """End the stream because of ``exc`` (a protocol error, an upstream
+        that died): release what can be released, then an error event."""
+        if self.finished:
+            return b""
+        self.finished = True
+        try:
+            flushed = self._encode(self.chain.close(), b"")
+        except Exception:  # the chain is already in a broken state
+            flushed = b""
+        kind = "upstream_protocol_error" if isinstance(exc, UpstreamProtocolError) else "upstream_error"
+        return flushed + error_event(str(exc) or type(exc).__name__, kind)
+
+    def _events(self, events: list[SSEEvent]) -> bytes:
+        out: list[bytes] = []
+        chain = self.chain
+        for ev in events:
+            if self.finished:
+                break
+            data = ev.data
+            if data is None:
+                out.append(ev.raw)
+                continue
+            if data == DONE:
+                self.saw_done = True
+                out.append(self._encode(chain.close(), b""))
+                out.append(ev.raw)
+                self.finished = True
+                continue
+            outs = chain.feed(decode_view(data), data)
+            if len(outs) == 1 and outs[0] is PASS:
+                out.append(ev.raw)
+            else:
+                out.append(self._encode(outs, ev.raw))
+            if chain.stopped:
+                out.append(self._encode(chain.close(), b""))
+                out.append(DONE_EVENT)
+                self.finished = True
+        return b"".join(out)
+
+    @staticmethod
+    def _encode(outs: list[Out], raw: bytes) -> bytes:
+        parts: list[bytes] = []
+        for o in outs:
+            if o is PASS:
+                parts.append(raw)
+            elif o is KEEPALIVE:
+                parts.append(_KEEPALIVE_BYTES)
+            else:
+                parts.append(encode_data(orjson.dumps(o)))
+        return b"".join(parts)

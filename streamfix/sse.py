@@ -1,0 +1,196 @@
+"""Server-sent events framing, sans-I/O.
+
+The decoder turns raw bytes, chunked however the network chose, into whole
+events, and keeps each event's exact upstream bytes so that an event nobody
+changes can be forwarded as it came (the fast path). It follows the WHATWG
+HTML "server-sent events" parsing rules (section 9.2.6): lines end in CRLF,
+LF or CR; ``:`` starts a comment; ``data`` lines are joined with LF; a blank
+line dispatches the event; a leading UTF-8 BOM is dropped.
+
+Lines are split on bytes, before any UTF-8 decoding, so a multi-byte
+character cut between two reads is never seen half-way (the line-end bytes
+never occur inside a UTF-8 sequence). Payloads stay ``bytes``: the JSON
+decoder reads them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import UpstreamProtocolError
+
+#: Largest event (all its lines, in bytes) the decoder will buffer. A real
+#: chat-completion chunk is a few hundred bytes; even a whole non-streamed
+#: tool call rarely passes 100 KiB. Past this the upstream is broken or
+#: hostile, and holding more would only grow memory.
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+_BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+DONE = b"[DONE]"
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    """One dispatched event (or a block of comments with no data).
+
+    ``raw`` is exactly what the upstream sent for it, terminator included.
+    ``data`` is None when the block had no ``data`` field (a keep-alive
+    comment, for instance); such a block is forwarded as ``raw``.
+    """
+
+    raw: bytes
+    data: bytes | None = None
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self.data == DONE
+
+
+class SSEDecoder:
+    """Incremental SSE decoder: ``feed(bytes) -> list[SSEEvent]``, ``close()``."""
+
+    __slots__ = ("_buf", "_started", "_general", "_max")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buf = b""
+        self._started = False
+        # Once a CR is seen the cheap "split on LF LF" path is no longer
+        # exact, and every later event goes through the general parser.
+        self._general = False
+        self._max = max_event_bytes
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        buf = self._buf + data if self._buf else data
+        if not self._started:
+            if len(buf) < 3 and _BOM.startswith(buf):
+                self._buf = buf
+                return []
+            self._started = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
+        if not self._general and b"\r" in data:
+            self._general = True
+        events = self._parse_general(buf) if self._general else self._parse_lf(buf)
+        if len(self._buf) > self._max:
+            size = len(self._buf)
+            self._buf = b""
+            raise UpstreamProtocolError(
+                f"SSE event larger than {self._max} bytes ({size} buffered with no end of event)"
+            )
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream. A final event with no blank line after it is
+        dispatched anyway (servers that close right after the last data line
+        are common); a lone pending CR is a line end. Bytes that hold no
+        event at all are returned as a raw block, so nothing is lost."""
+        buf, self._buf = self._buf, b""
+        body = buf.rstrip(b"\r\n")
+        if not body:
+            return [SSEEvent(buf)] if buf else []
+        events = self._parse_general(body + b"\n\n")
+        self._buf = b""
+        if events:
+            last = events[-1]
+            # The terminator was ours, not the upstream's.
+            last.raw = last.raw[:-2] + buf[len(body) :]
+        return events
+
+    # -- the two parsers ---------------------------------------------------
+
+    def _parse_lf(self, buf: bytes) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        start = 0
+        find = buf.find
+        while True:
+            end = find(b"\n\n", start)
+            if end < 0:
+                break
+            end += 2
+            block = buf[start:end]
+            if block.startswith(b"data: ") and block.find(b"\n", 6) == end - start - 2:
+                # The overwhelmingly common case: one `data: ` line.
+                events.append(SSEEvent(block, block[6:-2]))
+            else:
+                events.append(_parse_block(block, block.split(b"\n")[:-2]))
+            start = end
+        self._buf = buf[start:] if start else buf
+        return events
+
+    def _parse_general(self, buf: bytes) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        start = 0  # start of the current event's raw bytes
+        pos = 0  # start of the current line
+        lines: list[bytes] = []
+        n = len(buf)
+        while pos < n:
+            m = _LINE_END.search(buf, pos)
+            if m is None:
+                break
+            if m.group() == b"\r" and m.end() == n:
+                # CR at the very end: it may be the first half of a CRLF
+                # still in flight. Wait for the next byte (or close()).
+                break
+            line = buf[pos : m.start()]
+            pos = m.end()
+            if line:
+                lines.append(line)
+                continue
+            if lines or pos - start > 0:
+                events.append(_parse_block(buf[start:pos], lines))
+            lines = []
+            start = pos
+        self._buf = buf[start:]
+        return events
+
+
+def _parse_block(raw: bytes, lines: list[bytes]) -> SSEEvent:
+    ev = SSEEvent(raw)
+    data: list[bytes] | None = None
+    for line in lines:
+        if not line or line[0] == 0x3A:  # ":" comment
+            continue
+        colon = line.find(b":")
+        if colon < 0:
+            name, value = line, b""
+        else:
+            name, value = line[:colon], line[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if name == b"data":
+            if data is None:
+                data = []
+            data.append(value)
+        elif name == b"event":
+            ev.event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                ev.id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            if value.isdigit():
+                ev.retry = int(value)
+    if data is not None:
+        ev.data = b"\n".join(data)
+    return ev
+
+
+# -- encoder ---------------------------------------------------------------
+
+
+def encode_data(payload: bytes) -> bytes:
+    """One event whose data is ``payload`` (which must hold no line end:
+    JSON from orjson never does)."""
+    return b"data: " + payload + b"\n\n"
+
+
+def encode_comment(text: str = "") -> bytes:
+    """A comment block, used as a keep-alive; ignored by every SSE client."""
+    return b": " + text.encode() + b"\n\n" if text else b":\n\n"
+
+
+DONE_EVENT = b"data: [DONE]\n\n"

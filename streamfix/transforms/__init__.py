@@ -1,0 +1,1 @@
+"""The chain's transformers, one concern per module (see ``chain.py``)."""

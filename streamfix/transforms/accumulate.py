@@ -1,0 +1,143 @@
+"""Delta accumulator: structured tool-call fragments in, whole calls out.
+
+Servers split a streamed call differently: id and name in the first piece
+only (OpenAI, vLLM), or repeated in every piece (llama-cpp-python); calls
+interleaved by ``index``; no ``index`` at all (one call at a time); entries
+that never get a name; arguments that end up not quite JSON. Clients merge
+pieces by index and append every string they see, so a repeated name
+arrives doubled (``get_weatherget_weather``). The accumulator holds the
+pieces by index and, when the choice ends, emits each call once, whole and
+valid: one delta per call with index, id, type, name and arguments.
+"""
+
+from __future__ import annotations
+
+from ..args import coerce, dumps, looks_truncated, parse_object
+from ..chunks import ToolCallDelta
+from ..context import Context
+from ..delta import Delta, ToolCall, new_call_id
+
+
+class _Pending:
+    __slots__ = ("id", "name", "args", "size", "dropped")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.args: list[str] = []
+        self.size = 0
+        self.dropped = False
+
+
+class Accumulator:
+    """Joins structured tool-call fragments by index (see module doc)."""
+
+    __slots__ = ("ctx", "_calls", "_last", "_anon")
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._calls: dict[int, _Pending] = {}  # in order of first appearance
+        self._last: _Pending | None = None
+        self._anon = -1  # keys for fragments with no index
+
+    def feed(self, d: Delta) -> None:
+        frags = d.fragments
+        if frags is None:
+            return
+        d.fragments = None
+        arg_text: list[tuple[int, str]] = []
+        limit = self.ctx.options.max_call_chars
+        for f in frags:
+            key, call = self._route(f)
+            self._last = call
+            if f.id and call.id is None:
+                call.id = f.id
+            fn = f.function
+            if fn is None:
+                continue
+            if fn.name:
+                if call.name is None:
+                    call.name = fn.name
+                elif fn.name != call.name:
+                    # Some servers stream the name in pieces too.
+                    call.name += fn.name
+            if fn.arguments and not call.dropped:
+                call.size += len(fn.arguments)
+                if call.size > limit:
+                    call.dropped = True
+                    call.args = []
+                    self.ctx.report.count("dropped_call.too_large")
+                    continue
+                call.args.append(fn.arguments)
+                arg_text.append((key, fn.arguments))
+        if arg_text:
+            d.arg_text = arg_text
+
+    def _route(self, f: ToolCallDelta) -> tuple[int, _Pending]:
+        if f.index is not None:
+            call = self._calls.get(f.index)
+            if call is None:
+                call = self._calls[f.index] = _Pending()
+            return f.index, call
+        last = self._last
+        fn_name = f.function.name if f.function else None
+        starts_new = last is None or (
+            (f.id is not None and last.id is not None and f.id != last.id)
+            or (
+                fn_name is not None
+                and last.name is not None
+                and fn_name != last.name
+                and bool(last.args)
+            )
+        )
+        if not starts_new and last is not None:
+            for key, call in self._calls.items():
+                if call is last:
+                    return key, call
+        key = self._anon
+        self._anon -= 1
+        call = self._calls[key] = _Pending()
+        return key, call
+
+    def close(self, d: Delta) -> None:
+        self.feed(d)
+        if not self._calls:
+            return
+        report = self.ctx.report
+        tools = self.ctx.tools
+        emitted = 0
+        truncated = False
+        for call in self._calls.values():
+            if call.dropped:
+                continue
+            if not call.name:
+                report.count("dropped_call.no_name")
+                continue
+            text = "".join(call.args)
+            args, repaired = parse_object(text)
+            if args is None:
+                if looks_truncated(text) or d.finish_reason == "length":
+                    truncated = True
+                    report.count("dropped_call.truncated")
+                else:
+                    report.count("dropped_call.bad_arguments")
+                continue
+            spec = tools.get(call.name)
+            if spec is not None:
+                args, converted = coerce(args, spec.parameters)
+                repaired = repaired or converted
+            if repaired:
+                report.count("repaired_arguments")
+                text = dumps(args)
+            d.add_call(ToolCall(call.name, text, call.id or new_call_id()))
+            emitted += 1
+        self._calls.clear()
+        self._last = None
+        if emitted:
+            if d.finish_reason is not None:
+                d.finish_reason = "tool_calls"
+        elif truncated:
+            report.truncated_call = True
+            d.finish_reason = "length"
+        elif d.finish_reason == "tool_calls":
+            d.finish_reason = "stop"
