@@ -118,6 +118,18 @@ class Chain:
         """True once every choice ended by a cut: stop reading upstream."""
         return bool(self._choices) and all(c.cut for c in self._choices.values())
 
+    @property
+    def output_started(self) -> bool:
+        """True once any text, reasoning or call has been emitted to the
+        client (the role chunk and keep-alives do not count). Until then a
+        proxy may still discard what it holds and ask the upstream again."""
+        return any(st.saw_output for st in self._choices.values())
+
+    @property
+    def calls_emitted(self) -> int:
+        """How many complete tool calls have been emitted, all choices."""
+        return sum(st.n_calls for st in self._choices.values())
+
     def _choice(self, index: int) -> _Choice:
         st = self._choices.get(index)
         if st is None:
