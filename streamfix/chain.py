@@ -8,9 +8,9 @@ index (``n > 1``) has its own pipeline:
 
     accumulate -> reasoning -> repetition -> detect -> residue
 
-The last three text transformers run only when the request offered tools
-(reasoning/detect/residue); a reply to a request without tools is never
-rewritten, only cut if it loops.
+Only the repetition cutter runs when the request offered no tools: a reply
+to such a request is never rewritten (shapes.md, Policies), only cut if it
+loops.
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ _OWNED_CHOICE_KEYS = frozenset({"index", "delta", "message", "finish_reason", "s
 def build_pipeline(ctx: Context) -> list[Transform]:
     """The transformers of one choice, in order, as the context asks."""
     opts = ctx.options
-    steps: list[Transform] = [Accumulator(ctx)]
+    steps: list[Transform] = []
+    if ctx.has_tools:
+        steps.append(Accumulator(ctx))
     if ctx.has_tools and opts.split_reasoning:
         steps.append(ReasoningSplitter(ctx))
     if opts.repetition:
@@ -67,7 +69,7 @@ def build_pipeline(ctx: Context) -> list[Transform]:
 class _Choice:
     """State of one choice index."""
 
-    __slots__ = ("steps", "done", "cut", "n_calls", "reasoning_key", "saw_output")
+    __slots__ = ("cut", "done", "n_calls", "reasoning_key", "saw_output", "steps")
 
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
@@ -161,18 +163,17 @@ class Chain:
             if dv is not None and dv.reasoning is not None and dv.reasoning_content is None:
                 st.reasoning_key = "reasoning"
             content0, reasoning0 = d.content, d.reasoning
-            had_fragments = d.fragments is not None
+            fragments0 = d.fragments
             st.run(d, ch.finish_reason is not None)
             if st.done:
                 finished = True
             if (
                 d.content is not content0
                 or d.reasoning is not reasoning0
-                or had_fragments
+                or d.fragments is not fragments0
                 or d.calls
                 or d.finish_reason != ch.finish_reason
                 or d.ext
-                or (dv is not None and dv.function_call is not None and dv.tool_calls)
             ):
                 changed = True
             if d.content or d.calls or d.reasoning:
@@ -206,8 +207,10 @@ class Chain:
         return self._rebuild(template, results, synthetic=True)
 
     def _check_empty(self) -> None:
-        if self.ctx.has_tools and self._choices and all(
-            st.done and not st.saw_output and not st.cut for st in self._choices.values()
+        if (
+            self.ctx.has_tools
+            and self._choices
+            and all(st.done and not st.saw_output and not st.cut for st in self._choices.values())
         ):
             self.report.empty_after_repair = True
 
@@ -248,7 +251,11 @@ class Chain:
     def _message_choice(self, ch: dict[str, Any], d: Delta, st: _Choice) -> dict[str, Any]:
         msg_in: dict[str, Any] = ch["message"]
         msg = {k: v for k, v in msg_in.items() if k not in _OWNED_DELTA_KEYS}
-        reasoning_key = "reasoning" if "reasoning" in msg_in and "reasoning_content" not in msg_in else "reasoning_content"
+        reasoning_key = (
+            "reasoning"
+            if "reasoning" in msg_in and "reasoning_content" not in msg_in
+            else "reasoning_content"
+        )
         calls = d.calls or []
         msg["content"] = d.content if (d.content or not calls) else None
         if msg["content"] is None and not calls and "content" not in msg_in:
@@ -281,9 +288,9 @@ class Chain:
     def _template_obj(self) -> dict[str, Any]:
         if self._template is None:
             src = self._template_src
-            self._template = self._original_obj(src) if src is not None else {
-                "object": "chat.completion.chunk"
-            }
+            self._template = (
+                self._original_obj(src) if src is not None else {"object": "chat.completion.chunk"}
+            )
         return self._template
 
     def _rebuild(
@@ -345,6 +352,13 @@ class Chain:
             if k not in _OWNED_CHOICE_KEYS:
                 head[k] = v
                 keep = keep or v is not None
+        if d.fragments is not None and isinstance(delta_obj, dict):
+            # Nobody consumed the structured fragments (no accumulator in
+            # this pipeline): they go on as they came.
+            for k in ("tool_calls", "function_call"):
+                if k in delta_obj:
+                    new_delta[k] = delta_obj[k]
+                    keep = True
         if d.content:
             new_delta["content"] = d.content
             keep = True

@@ -81,7 +81,11 @@ class SSESession:
             flushed = self._encode(self.chain.close(), b"")
         except Exception:  # the chain is already in a broken state
             flushed = b""
-        kind = "upstream_protocol_error" if isinstance(exc, UpstreamProtocolError) else "upstream_error"
+        kind = (
+            "upstream_protocol_error"
+            if isinstance(exc, UpstreamProtocolError)
+            else "upstream_error"
+        )
         return flushed + error_event(str(exc) or type(exc).__name__, kind)
 
     def _events(self, events: list[SSEEvent]) -> bytes:

@@ -54,7 +54,7 @@ class SSEEvent:
 class SSEDecoder:
     """Incremental SSE decoder: ``feed(bytes) -> list[SSEEvent]``, ``close()``."""
 
-    __slots__ = ("_buf", "_started", "_general", "_max")
+    __slots__ = ("_buf", "_general", "_max", "_started")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
@@ -171,9 +171,8 @@ def _parse_block(raw: bytes, lines: list[bytes]) -> SSEEvent:
         elif name == b"id":
             if b"\0" not in value:
                 ev.id = value.decode("utf-8", "replace")
-        elif name == b"retry":
-            if value.isdigit():
-                ev.retry = int(value)
+        elif name == b"retry" and value.isdigit():
+            ev.retry = int(value)
     if data is not None:
         ev.data = b"\n".join(data)
     return ev

@@ -14,17 +14,27 @@ import orjson
 
 import streamfix
 
-CAPTURES = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "llama-cpp-python-smollm2"
+CAPTURES = (
+    Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "llama-cpp-python-smollm2"
+)
 if not CAPTURES.exists():  # CI clones main beside a copy of shared/
-    CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures" / "llama-cpp-python-smollm2"
+    CAPTURES = (
+        Path(__file__).resolve().parents[2] / "shared" / "captures" / "llama-cpp-python-smollm2"
+    )
 
 
-def tool(name: str, properties: dict[str, Any] | None = None, required: Sequence[str] = ()) -> dict[str, Any]:
+def tool(
+    name: str, properties: dict[str, Any] | None = None, required: Sequence[str] = ()
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
             "name": name,
-            "parameters": {"type": "object", "properties": properties or {}, "required": list(required)},
+            "parameters": {
+                "type": "object",
+                "properties": properties or {},
+                "required": list(required),
+            },
         },
     }
 
@@ -32,7 +42,9 @@ def tool(name: str, properties: dict[str, Any] | None = None, required: Sequence
 #: The tools offered in shared/shapes.md.
 SHAPES_TOOLS = [
     tool("lookup_order", {"order_id": {"type": "string"}}, ["order_id"]),
-    tool("create_ticket", {"title": {"type": "string"}, "priority": {"type": "integer"}}, ["title"]),
+    tool(
+        "create_ticket", {"title": {"type": "string"}, "priority": {"type": "integer"}}, ["title"]
+    ),
     tool("refresh_cache"),
 ]
 SHAPES_REQUEST: dict[str, Any] = {"model": "m", "messages": [], "tools": SHAPES_TOOLS}
@@ -78,9 +90,7 @@ def text_stream(pieces: Sequence[str], finish: str = "stop", done: bool = True) 
     """An upstream stream: a role chunk, one chunk per piece of content, a
     finish chunk, ``[DONE]``."""
     return sse(
-        [chunk(role="assistant", content="")]
-        + [chunk(p) for p in pieces]
-        + [chunk(finish=finish)],
+        [chunk(role="assistant", content="")] + [chunk(p) for p in pieces] + [chunk(finish=finish)],
         done,
     )
 
@@ -104,7 +114,9 @@ async def _aiter(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
         yield p
 
 
-def run_sse(parts: bytes | Sequence[bytes], request: dict[str, Any] | None = None, **options: Any) -> bytes:
+def run_sse(
+    parts: bytes | Sequence[bytes], request: dict[str, Any] | None = None, **options: Any
+) -> bytes:
     """Feed ``parts`` (or one bytes object) through ``fix_sse``; the output."""
     if isinstance(parts, bytes):
         parts = [parts]
@@ -145,7 +157,11 @@ def assemble(data: bytes) -> Assembled:
         if not block.strip():
             continue
         lines = block.split(b"\n")
-        payload = b"\n".join(line[6:] if line.startswith(b"data: ") else line[5:] for line in lines if line.startswith(b"data:"))
+        payload = b"\n".join(
+            line[6:] if line.startswith(b"data: ") else line[5:]
+            for line in lines
+            if line.startswith(b"data:")
+        )
         if not any(line.startswith(b"data:") for line in lines):
             a.comments += 1
             continue
@@ -164,7 +180,10 @@ def assemble(data: bytes) -> Assembled:
             a.content += d.get("content") or ""
             a.reasoning += d.get("reasoning_content") or d.get("reasoning") or ""
             for tc in d.get("tool_calls") or []:
-                cur = by_index.setdefault(tc["index"], {"id": None, "type": None, "function": {"name": "", "arguments": ""}})
+                cur = by_index.setdefault(
+                    tc["index"],
+                    {"id": None, "type": None, "function": {"name": "", "arguments": ""}},
+                )
                 if tc.get("id"):
                     cur["id"] = tc["id"]
                 if tc.get("type"):
@@ -180,6 +199,11 @@ def assemble(data: bytes) -> Assembled:
     return a
 
 
-def fix_text(pieces: Sequence[str], request: dict[str, Any] | None = SHAPES_REQUEST, finish: str = "stop", **options: Any) -> Assembled:
+def fix_text(
+    pieces: Sequence[str],
+    request: dict[str, Any] | None = SHAPES_REQUEST,
+    finish: str = "stop",
+    **options: Any,
+) -> Assembled:
     """Convenience: content pieces -> upstream stream -> streamfix -> assembled."""
     return assemble(run_sse(text_stream(pieces, finish), request, **options))

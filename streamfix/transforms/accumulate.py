@@ -19,7 +19,7 @@ from ..delta import Delta, ToolCall, new_call_id
 
 
 class _Pending:
-    __slots__ = ("id", "name", "args", "size", "dropped")
+    __slots__ = ("args", "dropped", "id", "name", "size")
 
     def __init__(self) -> None:
         self.id: str | None = None
@@ -32,7 +32,7 @@ class _Pending:
 class Accumulator:
     """Joins structured tool-call fragments by index (see module doc)."""
 
-    __slots__ = ("ctx", "_calls", "_last", "_anon")
+    __slots__ = ("_anon", "_calls", "_last", "ctx")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
