@@ -1,0 +1,1 @@
+"""The aiohttp proxy app, upstreams, budgets, middlewares, metrics."""
