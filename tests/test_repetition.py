@@ -1,0 +1,335 @@
+"""The repetition cutter (streamfix/transforms/repetition.py): loops of
+every period and shape are cut within issue 4's bound at every chunking;
+legitimate repetitive structure is not."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import streamfix
+from streamfix.context import Context
+from streamfix.delta import Delta
+from streamfix.transforms.repetition import (
+    CHECK_EVERY,
+    MAX_PERIOD,
+    RepetitionCutter,
+    required_span,
+)
+
+from .streamutil import CAPTURES, SHAPES_REQUEST, assemble, chunk, run_sse, sse, text_stream, tool
+
+PROSE = (
+    "Streaming repairs have to be cheap. The proxy sits between a client and a small "
+    "model, and every chunk passes through it, so the common case must cost about as "
+    "much as decoding the JSON once.\n\n"
+)
+CODE_BLOCK = (
+    "```python\n"
+    "def fetch(url: str, retries: int = 3) -> bytes:\n"
+    "    for attempt in range(retries):\n"
+    "        try:\n"
+    "            return urlopen(url, timeout=10).read()\n"
+    "        except OSError as exc:\n"
+    "            log.warning('attempt %d failed: %s', attempt, exc)\n"
+    "    raise RuntimeError('giving up')\n"
+    "```\n"
+)
+PARAGRAPH = (
+    "The committee met again on Tuesday to review the proposal, and after a long "
+    "discussion it was agreed that the budget would be revised before the next "
+    "meeting, with particular attention paid to the cost of maintenance. "
+)
+
+
+def _long_unit(n: int) -> str:
+    rnd = random.Random(n)
+    words = ["alpha", "beta", "gamma", "delta", "loop", "node", "edge", "river", "stone"]
+    out = ""
+    while len(out) < n:
+        out += rnd.choice(words) + rnd.choice([" ", ", ", ". ", "\n"])
+    return out[:n]
+
+
+#: (name, text before the loop, the repeated unit). The loop is the unit
+#: repeated far past any bound.
+LOOPS: list[tuple[str, str, str]] = [
+    ("one char", PROSE, "a"),
+    ("newlines", PROSE, "\n"),
+    ("spaces", PROSE, " "),
+    ("tabs", "def f():\n", "\t"),
+    ("closing braces", '{"a": ', "}"),
+    ("token", PROSE, "the "),
+    ("ha", "That is funny: ", "ha "),
+    ("two chars", PROSE, "ab"),
+    ("seven chars", PROSE, "abcdefg"),
+    ("json zeros", '{"values": [', "0, "),
+    ("sentence", PROSE, "I am sorry, but I cannot help with that request. "),
+    ("line", PROSE, "The cat sat on the mat.\n"),
+    ("table row", "| a | b |\n|---|---|\n", "| 1 | 2 |\n"),
+    ("rule lines", PROSE, "=" * 80 + "\n"),
+    ("tool tag", PROSE, "<tool_call>\n"),
+    ("emoji", PROSE, "😀"),
+    ("cjk sentence", "答案如下：", "我们需要重新考虑这个问题。"),
+    ("paragraph", PROSE, PARAGRAPH),
+    ("code block", PROSE, CODE_BLOCK),
+    ("period 1000", PROSE, _long_unit(1000)),
+    ("period 2048", PROSE, _long_unit(MAX_PERIOD)),
+    ("after 30 KB of text", _long_unit(30_000) + PROSE, "Let me check that again. "),
+    ("json object", "[", '{"id": 7, "name": "widget", "tags": ["a", "b"]}, '),
+]
+
+
+def _loop_text(prefix: str, unit: str) -> tuple[str, int, int]:
+    """The text, where its loop starts, and the loop's period."""
+    p = len(unit)
+    copies = (max(4 * p, 400) * 3) // p + 3
+    text = prefix + unit * copies
+    start = len(prefix)
+    while start > 0 and text[start - 1] == text[start - 1 + p]:
+        start -= 1
+    return text, start, p
+
+
+def _pieces(text: str, how: str | int) -> list[str]:
+    if how == "whole":
+        return [text]
+    if isinstance(how, int):
+        return [text[i : i + how] for i in range(0, len(text), how)]
+    rnd = random.Random(len(text))
+    out, i = [], 0
+    while i < len(text):
+        n = rnd.randint(1, 8)
+        out.append(text[i : i + n])
+        i += n
+    return out
+
+
+def _ctx() -> Context:
+    return Context.of(None, {})
+
+
+def _cut(pieces: list[str], channel: str = "content") -> tuple[str, Delta | None, Context]:
+    """Feed pieces to a cutter as one channel; what reached the client and
+    the delta that stopped the turn (None if none did)."""
+    ctx = _ctx()
+    cutter = RepetitionCutter(ctx)
+    out = ""
+    for i, piece in enumerate(pieces):
+        d = Delta(**{channel: piece})
+        if i == len(pieces) - 1:
+            cutter.close(d)
+        else:
+            cutter.feed(d)
+        out += getattr(d, channel) or ""
+        if d.stop:
+            return out, d, ctx
+    return out, None, ctx
+
+
+def _check_cut(text: str, start: int, p: int, out: str, d: Delta | None) -> None:
+    assert d is not None, "loop not cut"
+    assert text.startswith(out)
+    past = len(out) - start
+    assert past <= max(4 * p, 400), f"{past} chars past the loop start reached the client"
+    assert len(out) >= min(start + p, len(out)), "text before the loop and one copy are kept"
+    assert d.finish_reason == "length"
+
+
+@pytest.mark.parametrize("how", [1, 3, "random", 64, "whole"])
+@pytest.mark.parametrize(("name", "prefix", "unit"), LOOPS, ids=[x[0] for x in LOOPS])
+def test_loop_is_cut_within_the_bound(name: str, prefix: str, unit: str, how: str | int) -> None:
+    text, start, p = _loop_text(prefix, unit)
+    out, d, ctx = _cut(_pieces(text, how))
+    _check_cut(text, start, p, out, d)
+    assert d is not None
+    assert d.ext == {"cut": "repetition", "period": p}
+    assert ctx.report.cut is d.ext
+    assert ctx.report.counts["loop_cut"] == 1
+    if how in (1, "whole"):
+        # a whole completion keeps exactly the text before the loop and one copy
+        assert len(out) == (start + p if how == "whole" else len(out))
+
+
+@pytest.mark.parametrize(("name", "prefix", "unit"), LOOPS[:12], ids=[x[0] for x in LOOPS[:12]])
+def test_loop_in_reasoning_is_cut(name: str, prefix: str, unit: str) -> None:
+    text, start, p = _loop_text(prefix, unit)
+    out, d, _ = _cut(_pieces(text, "random"), "reasoning")
+    _check_cut(text, start, p, out, d)
+
+
+@given(st.sampled_from(LOOPS[:20]), st.lists(st.integers(1, 40), min_size=1, max_size=60))
+def test_loop_cut_at_any_chunking(loop: tuple[str, str, str], sizes: list[int]) -> None:
+    _, prefix, unit = loop
+    text, start, p = _loop_text(prefix, unit)
+    pieces, i, k = [], 0, 0
+    while i < len(text):
+        n = sizes[k % len(sizes)]
+        pieces.append(text[i : i + n])
+        i += n
+        k += 1
+    out, d, _ = _cut(pieces)
+    _check_cut(text, start, p, out, d)
+
+
+def test_detection_position_does_not_depend_on_chunking() -> None:
+    """Checks run at absolute positions: the same loop is detected at the
+    same character whatever the chunking; only the delta's size decides
+    how much of the detecting delta is trimmed."""
+    text, start, p = _loop_text(PROSE, "The cat sat on the mat.\n")
+    whole, _, _ = _cut([text])
+    ones, _, _ = _cut(_pieces(text, 1))
+    assert len(whole) == start + p
+    assert (len(ones) + 1) % CHECK_EVERY == 0  # the detecting character is dropped
+
+
+# -- legitimate repetition is not a loop -----------------------------------
+
+TABLE = "| name | qty | price |\n|---|---:|---:|\n" + "".join(
+    f"| item{i} | {i * 3 % 17} | {i * 1.25:.2f} |\n" for i in range(200)
+)
+JSON_ARRAY = orjson.dumps(
+    [{"id": i, "name": f"user{i}", "active": i % 3 == 0, "score": (i * 37) % 101} for i in range(300)],
+    option=orjson.OPT_INDENT_2,
+).decode()
+NUMBERED = "".join(f"{i}. Step {i}: check the {w}\n" for i, w in zip(range(1, 200), ["valve", "pump", "gauge"] * 70))
+NOT_LOOPS: list[tuple[str, str]] = [
+    ("markdown table", TABLE),
+    ("rules", "".join(f"## Section {i}\n\n" + "-" * 80 + "\n\ntext\n\n---\n\n" for i in range(40))),
+    ("equals line", PROSE + "=" * 80 + "\n" + PROSE),
+    ("ha ha ha", "And then he said: " + "ha " * 20 + "and left. " + PROSE * 3),
+    ("json array of similar objects", JSON_ARRAY),
+    ("numbered list", NUMBERED),
+    ("bullet list", "".join(f"- item number {i}\n" for i in range(300))),
+    ("repeated code lines", "def f(x):\n" + "    x = x + 1\n" * 20 + "    return x\n" + PROSE),
+    ("csv", "id,name,qty\n" + "".join(f"{i},name{i % 7},{i * 13 % 50}\n" for i in range(500))),
+    ("numeric array", "[" + ", ".join(str(random.Random(i).randrange(100)) for i in range(2000)) + "]"),
+    ("three copies of a long block", PROSE + (CODE_BLOCK * 3) + PROSE),
+    ("an 80-char rule of each kind", "".join(c * 80 + "\n" for c in "=-#*~_.") * 3),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), NOT_LOOPS, ids=[x[0] for x in NOT_LOOPS])
+@pytest.mark.parametrize("how", [1, "random", "whole"])
+def test_legitimate_repetition_is_not_cut(name: str, text: str, how: str | int) -> None:
+    out, d, ctx = _cut(_pieces(text, how))
+    assert d is None
+    assert out == text
+    assert ctx.report.cut is None
+
+
+def test_required_span_meets_the_bound() -> None:
+    for p in range(1, MAX_PERIOD + 1):
+        assert required_span(p) + CHECK_EVERY < max(4 * p, 400)
+        assert required_span(p) >= 3 * p  # never fewer than three copies
+
+
+# -- through the chain -----------------------------------------------------
+
+
+def test_real_exact_loop_capture_is_cut() -> None:
+    data = (CAPTURES / "e_repetition_cat_mat_exact_loop.sse").read_bytes()
+    for req in (None, SHAPES_REQUEST):
+        for size in (len(data), 7, 1):
+            out = run_sse([data[i : i + size] for i in range(0, len(data), size)], req)
+            a = assemble(out)
+            assert a.finish_reason == "length"
+            assert a.ext is not None and a.ext["cut"] == "repetition"
+            assert a.done
+            assert a.content.startswith("In the morning, a cat sat on the mat,\n")
+            assert len(a.content) < 600
+
+
+def test_real_numbered_loop_capture_is_cut() -> None:
+    """``N. Ananasaki (Agra)``: only a running number changes; the
+    numbered-list check catches it within 400 characters of its start."""
+    data = (CAPTURES / "e_repetition_fruits_numbered_loop.sse").read_bytes()
+    a = assemble(run_sse(data))
+    assert a.finish_reason == "length"
+    assert a.ext == {"cut": "repetition", "period": 20}
+    start = a.content.index("3. Ananasaki")
+    assert len(a.content) - start <= 400
+
+
+def test_cut_ends_the_stream_and_stops_the_session() -> None:
+    text, start, p = _loop_text(PROSE, "again and again ")
+    data = text_stream(_pieces(text, 3))
+    session = streamfix.SSESession(None)
+    out = session.feed(data)
+    assert session.stopped and session.finished
+    assert session.report.cut == {"cut": "repetition", "period": p}
+    a = assemble(out)
+    assert a.done and a.finish_reason == "length"
+    assert a.ext == {"cut": "repetition", "period": p}
+    assert len(a.content) - start <= 400
+
+
+def test_non_streamed_completion_is_cut() -> None:
+    text, start, p = _loop_text(PROSE, "I will try again. ")
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+    }
+    out = streamfix.fix_completion(completion)
+    ch = out["choices"][0]
+    assert ch["message"]["content"] == text[: start + p]
+    assert ch["finish_reason"] == "length"
+    assert ch["streamfix"] == {"cut": "repetition", "period": p}
+
+
+def test_loop_in_tool_arguments_drops_the_call() -> None:
+    """A loop inside a structured call's arguments: the call is broken, no
+    call reaches the client, the turn ends with ``length``."""
+    req = {"tools": [tool("write", {"text": {"type": "string"}})]}
+    args = '{"text": "' + "la la " * 200 + '"}'
+    chunks = [chunk(role="assistant")]
+    for i in range(0, len(args), 4):
+        frag = {"index": 0, "function": {"arguments": args[i : i + 4]}}
+        if i == 0:
+            frag.update(id="call_1", type="function", function={"name": "write", "arguments": args[:4]})
+        chunks.append(chunk(tool_calls=[frag]))
+    chunks.append(chunk(finish="tool_calls"))
+    out = run_sse(sse(chunks), req)
+    a = assemble(out)
+    assert a.tool_calls == []
+    assert a.finish_reason == "length"
+    assert a.ext == {"cut": "repetition", "period": 3}
+    assert a.done
+
+
+def test_each_call_is_its_own_channel() -> None:
+    """Two calls' arguments interleaved are separate channels: identical
+    arguments in two calls are not a loop."""
+    cutter = RepetitionCutter(_ctx())
+    piece = '{"q": "the same long argument text for both calls", "n": 1}'
+    for _ in range(3):
+        d = Delta(arg_text=[(0, piece), (1, piece)])
+        cutter.feed(d)
+        assert not d.stop
+
+
+def test_channels_are_separate() -> None:
+    """200 dashes in content and 200 in reasoning: 400 together would be a
+    loop, but each channel alone is under the span."""
+    cutter = RepetitionCutter(_ctx())
+    for _ in range(50):
+        d = Delta(content="----", reasoning="----")
+        cutter.feed(d)
+        assert not d.stop
+    for _ in range(50):
+        d = Delta(reasoning="----")
+        cutter.feed(d)
+        if d.stop:
+            break
+    assert d.stop  # reasoning alone reaches the span
+
+
+def test_option_off_never_cuts() -> None:
+    text, _, _ = _loop_text(PROSE, "again ")
+    a = assemble(run_sse(text_stream(_pieces(text, 5)), None, repetition=False))
+    assert a.content == text and a.ext is None
