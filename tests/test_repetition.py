@@ -120,7 +120,7 @@ def _cut(pieces: list[str], channel: str = "content") -> tuple[str, Delta | None
     cutter = RepetitionCutter(ctx)
     out = ""
     for i, piece in enumerate(pieces):
-        d = Delta(**{channel: piece})
+        d = Delta(content=piece) if channel == "content" else Delta(reasoning=piece)
         if i == len(pieces) - 1:
             cutter.close(d)
         else:
@@ -193,10 +193,14 @@ TABLE = "| name | qty | price |\n|---|---:|---:|\n" + "".join(
     f"| item{i} | {i * 3 % 17} | {i * 1.25:.2f} |\n" for i in range(200)
 )
 JSON_ARRAY = orjson.dumps(
-    [{"id": i, "name": f"user{i}", "active": i % 3 == 0, "score": (i * 37) % 101} for i in range(300)],
+    [
+        {"id": i, "name": f"user{i}", "active": i % 3 == 0, "score": (i * 37) % 101}
+        for i in range(300)
+    ],
     option=orjson.OPT_INDENT_2,
 ).decode()
-NUMBERED = "".join(f"{i}. Step {i}: check the {w}\n" for i, w in zip(range(1, 200), ["valve", "pump", "gauge"] * 70))
+_PARTS = ("valve", "pump", "gauge")
+NUMBERED = "".join(f"{i}. Step {i}: check the {_PARTS[i % 3]}\n" for i in range(1, 200))
 NOT_LOOPS: list[tuple[str, str]] = [
     ("markdown table", TABLE),
     ("rules", "".join(f"## Section {i}\n\n" + "-" * 80 + "\n\ntext\n\n---\n\n" for i in range(40))),
@@ -207,7 +211,7 @@ NOT_LOOPS: list[tuple[str, str]] = [
     ("bullet list", "".join(f"- item number {i}\n" for i in range(300))),
     ("repeated code lines", "def f(x):\n" + "    x = x + 1\n" * 20 + "    return x\n" + PROSE),
     ("csv", "id,name,qty\n" + "".join(f"{i},name{i % 7},{i * 13 % 50}\n" for i in range(500))),
-    ("numeric array", "[" + ", ".join(str(random.Random(i).randrange(100)) for i in range(2000)) + "]"),
+    ("numeric array", str([random.Random(i).randrange(100) for i in range(2000)])),
     ("three copies of a long block", PROSE + (CODE_BLOCK * 3) + PROSE),
     ("an 80-char rule of each kind", "".join(c * 80 + "\n" for c in "=-#*~_.") * 3),
 ]
@@ -273,7 +277,13 @@ def test_non_streamed_completion_is_cut() -> None:
     completion = {
         "id": "x",
         "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+        ],
     }
     out = streamfix.fix_completion(completion)
     ch = out["choices"][0]
@@ -291,7 +301,8 @@ def test_loop_in_tool_arguments_drops_the_call() -> None:
     for i in range(0, len(args), 4):
         frag = {"index": 0, "function": {"arguments": args[i : i + 4]}}
         if i == 0:
-            frag.update(id="call_1", type="function", function={"name": "write", "arguments": args[:4]})
+            frag.update(id="call_1", type="function")
+            frag["function"] = {"name": "write", "arguments": args[:4]}
         chunks.append(chunk(tool_calls=[frag]))
     chunks.append(chunk(finish="tool_calls"))
     out = run_sse(sse(chunks), req)

@@ -176,7 +176,7 @@ def find_numbered(s: str, t: int) -> tuple[int, int] | None:
 class _Channel:
     """One watched text stream: a bounded tail and the text since."""
 
-    __slots__ = ("tail", "base", "new", "total", "next_check")
+    __slots__ = ("base", "new", "next_check", "tail", "total")
 
     def __init__(self) -> None:
         self.tail = ""  # text from absolute position ``base``
@@ -224,7 +224,7 @@ class _Channel:
 class RepetitionCutter:
     """Cuts exact loops in content, reasoning and arguments (module doc)."""
 
-    __slots__ = ("ctx", "_content", "_reasoning", "_args")
+    __slots__ = ("_args", "_content", "_reasoning", "ctx")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
