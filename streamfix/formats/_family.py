@@ -1,0 +1,372 @@
+"""Shared pieces of the model-family format modules (mistral.py, llama.py,
+deepseek.py, kimi.py, glm.py, harmony.py, granite.py, phi4.py, minimax.py,
+gemma.py, …).
+
+Two kinds of helper live here, so that each family module stays a table of
+token spellings plus a few lines:
+
+- ``Steps``: an incremental ``EndFinder`` for multi-part regions, built
+  from parts run one after the other (``Until`` a closing token, a
+  ``Json``/code value, an ``Opt``-ional trailing token such as Harmony's
+  ``<|call|>``). Each part scans only the new text, so the cost per piece
+  is O(len(piece)); nothing seen is rescanned.
+- small parsers shared by several families: lenient JSON loading, the
+  ``{"name", "arguments"|"parameters"}`` object shapes, ``<invoke
+  name=…><parameter name=…>`` XML (MiniMax M2, DeepSeek V3.2/V4 DSML),
+  ``<function=…><parameter=…>`` XML (Seed-OSS), pythonic call lists
+  (Llama 4, LFM2, Olmo 3).
+
+This module declares no format (``FORMATS`` is empty).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from .base import ABORT, Format, RawCall
+from .scan import Balanced
+
+FORMATS: list[Format] = []
+
+#: Longest header the finders accept between a marker and the part that
+#: must follow (a function name before ``{``, a Harmony header before
+#: ``<|message|>``). Longer means this is not the call syntax after all:
+#: the region is aborted instead of being held for the whole stream.
+MAX_HEADER_CHARS = 256
+
+
+class Until:
+    """Part that ends just after the first of ``closes``. ``limit`` (if
+    set) aborts when that many characters pass without a close."""
+
+    __slots__ = ("_closes", "_keep", "_limit", "_seen", "_tail")
+
+    def __init__(self, *closes: str, limit: int | None = None) -> None:
+        self._closes = closes
+        self._keep = max(len(c) for c in closes) - 1
+        self._tail = ""
+        self._limit = limit
+        self._seen = 0
+
+    def scan(self, text: str, start: int) -> int | None:
+        s = self._tail + text[start:]
+        base = len(self._tail)
+        best = -1
+        for c in self._closes:
+            i = s.find(c)
+            if i >= 0 and (best < 0 or i + len(c) < best):
+                best = i + len(c)
+        if best >= 0:
+            return start + best - base
+        self._seen += len(text) - start
+        if self._limit is not None and self._seen > self._limit:
+            return ABORT
+        self._tail = s[-self._keep :] if self._keep else ""
+        return None
+
+
+class Before:
+    """Part that ends just *before* the first character in ``chars`` (the
+    character is left for the next part), aborting after ``limit``
+    characters without one."""
+
+    __slots__ = ("_limit", "_re", "_seen")
+
+    def __init__(self, chars: str, limit: int = MAX_HEADER_CHARS) -> None:
+        self._re = re.compile("[" + re.escape(chars) + "]")
+        self._limit = limit
+        self._seen = 0
+
+    def scan(self, text: str, start: int) -> int | None:
+        m = self._re.search(text, start)
+        if m is not None:
+            if self._seen + m.start() - start > self._limit:
+                return ABORT
+            return m.start()
+        self._seen += len(text) - start
+        return ABORT if self._seen > self._limit else None
+
+
+class Json:
+    """Part holding one bracketed value (JSON or a Python literal),
+    optionally after whitespace. The first other character must be one of
+    ``first``; anything else aborts. With ``call=True`` a dotted name
+    followed by ``(...)`` (``brave_search.call(query="x")``) is accepted
+    too."""
+
+    __slots__ = ("_bal", "_call", "_first", "_seen", "_state")
+
+    _NAME_END = re.compile(r"[^\w.]")
+
+    def __init__(self, first: str = "{[", call: bool = False) -> None:
+        self._bal = Balanced()
+        self._first = first
+        self._call = call
+        self._state = 0  # 0: before the value, 1: in a call's name, 2: in brackets
+        self._seen = 0
+
+    def scan(self, text: str, start: int) -> int | None:
+        i = start
+        n = len(text)
+        if self._state == 0:
+            while i < n and text[i].isspace():
+                i += 1
+            if i == n:
+                return None
+            c = text[i]
+            if c in self._first:
+                self._state = 2
+            elif self._call and (c.isalpha() or c == "_"):
+                self._state = 1
+            else:
+                return ABORT
+        if self._state == 1:
+            m = self._NAME_END.search(text, i)
+            if m is None:
+                self._seen += n - i
+                return ABORT if self._seen > MAX_HEADER_CHARS else None
+            if text[m.start()] != "(":
+                return ABORT
+            self._state = 2
+        r = self._bal.feed(text[i:] if i else text)
+        if r is None or r == ABORT:
+            return r
+        return i + r
+
+
+class Opt:
+    """Part for an optional token right after the previous part (no
+    whitespace in between), e.g. Harmony's ``<|call|>``.
+
+    The token is taken when it is there; the first character that does not
+    continue it ends the region *after* the characters that did (a broken
+    ``<|ca`` is swallowed with the call), so the end offset does not depend
+    on where the text was split. Until that character arrives the finder
+    waits: ``Steps.complete`` tells the detector the region could end here.
+    """
+
+    __slots__ = ("_matched", "_token")
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self._matched = 0
+
+    def scan(self, text: str, start: int) -> int | None:
+        need = self._token[self._matched :]
+        seg = text[start : start + len(need)]
+        if need.startswith(seg):
+            if len(seg) == len(need):
+                return start + len(seg)
+            self._matched += len(seg)
+            return None
+        c = 0
+        while seg[c] == need[c]:
+            c += 1
+        return start + c
+
+
+Part = Until | Before | Json | Opt
+
+
+class Steps:
+    """An ``EndFinder`` running ``parts`` one after the other, after
+    skipping the first ``skip`` characters (the marker)."""
+
+    __slots__ = ("_k", "_parts", "_skip")
+
+    def __init__(self, skip: int, *parts: Part) -> None:
+        self._skip = skip
+        self._parts = parts
+        self._k = 0
+
+    @property
+    def complete(self) -> bool:
+        """True when every required part is done (only optional trailing
+        tokens are still awaited): at the end of the stream the region is a
+        whole call."""
+        return all(isinstance(p, Opt) for p in self._parts[self._k :])
+
+    def feed(self, text: str) -> int | None:
+        i = 0
+        if self._skip:
+            i = min(self._skip, len(text))
+            self._skip -= i
+            if self._skip:
+                return None
+        parts = self._parts
+        while self._k < len(parts):
+            r = parts[self._k].scan(text, i)
+            if r is None or r == ABORT:
+                return r
+            i = r
+            self._k += 1
+        return i
+
+
+# --------------------------------------------------------------------------
+# Parsing helpers
+
+
+def loads(text: str) -> Any:
+    """JSON, else a Python literal (single quotes, ``True``, trailing
+    commas), else ``None``. Arguments are repaired later by ``args.py``;
+    this only reads the envelope (a list of call objects and the like)."""
+    s = text.strip()
+    if not s:
+        return None
+    try:
+        return orjson.loads(s)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+
+
+def call_of(obj: Any) -> RawCall | None:
+    """A call object as models write it: ``{"name", "arguments"}``, with
+    ``parameters`` instead of ``arguments``, or the OpenAI shape
+    ``{"type": "function", "function": {...}}``."""
+    if not isinstance(obj, dict):
+        return None
+    fn = obj.get("function")
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        obj = fn
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    for key in ("arguments", "parameters", "args", "input"):
+        if key in obj:
+            return RawCall(name, obj[key])
+    return RawCall(name, None)
+
+
+def calls_of(value: Any) -> list[RawCall] | None:
+    """The calls in a JSON value (one object or a list of them), or None
+    when any element is not a call object."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return None
+    out: list[RawCall] = []
+    for item in items:
+        call = call_of(item)
+        if call is None:
+            return None
+        out.append(call)
+    return out
+
+
+def strip_trailer(s: str, *tokens: str) -> str:
+    """``s`` stripped, without a trailing token or the broken start of one
+    (what an ``Opt`` part swallowed)."""
+    s = s.strip()
+    for t in tokens:
+        for k in range(len(t), 0, -1):
+            if s.endswith(t[:k]):
+                s = s[:-k].rstrip()
+                break
+    return s
+
+
+def strip_value(v: str) -> str:
+    """An XML parameter value without the single newline that templates put
+    after the opening and before the closing tag."""
+    if v.startswith("\r\n"):
+        v = v[2:]
+    elif v.startswith("\n"):
+        v = v[1:]
+    if v.endswith("\r\n"):
+        v = v[:-2]
+    elif v.endswith("\n"):
+        v = v[:-1]
+    return v
+
+
+def xml_calls(
+    body: str,
+    call_re: re.Pattern[str],
+    param_re: re.Pattern[str],
+    value: Callable[[re.Match[str]], Any] | None = None,
+) -> list[RawCall] | None:
+    """Calls written as XML elements: ``call_re`` matches one call with
+    groups (name, body); inside, ``param_re`` matches parameters with
+    groups (key, raw value); ``value`` converts a parameter match (default:
+    the text of group 2, one newline trimmed each side). A call body that
+    holds no parameter but a JSON object gives that object. None when no
+    call matched."""
+    calls: list[RawCall] = []
+    for m in call_re.finditer(body):
+        name = m.group(1).strip()
+        inner = m.group(2)
+        args: dict[str, Any] = {}
+        for p in param_re.finditer(inner):
+            args[p.group(1).strip()] = value(p) if value else strip_value(p.group(2))
+        if not args:
+            s = inner.strip()
+            if s.startswith("{"):
+                calls.append(RawCall(name, s))
+                continue
+        calls.append(RawCall(name, args))
+    return calls or None
+
+
+def _literal(node: ast.expr) -> Any:
+    return ast.literal_eval(node)
+
+
+def python_calls(text: str) -> list[RawCall] | None:
+    """``[f(a=1), g()]`` or one or more ``f(a=1)`` lines: the calls, with
+    keyword arguments as a dict. None when the text is not only that."""
+    s = text.strip()
+    if not s:
+        return None
+    try:
+        tree = ast.parse(s, mode="exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    nodes: list[ast.expr] = []
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Expr):
+            return None
+        v = stmt.value
+        if isinstance(v, ast.List | ast.Tuple):
+            nodes.extend(v.elts)
+        else:
+            nodes.append(v)
+    out: list[RawCall] = []
+    for node in nodes:
+        if not isinstance(node, ast.Call) or node.args:
+            return None
+        name = _dotted(node.func)
+        if name is None:
+            return None
+        kwargs: dict[str, Any] = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return None
+            try:
+                kwargs[kw.arg] = _literal(kw.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return None
+        out.append(RawCall(name, kwargs))
+    return out or None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def alternation(words: Iterable[str]) -> str:
+    """A regex alternation of literal strings, longest first."""
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))

@@ -1,0 +1,100 @@
+"""Meta Llama's own call markers (the bare JSON and bare ``[f(x=1)]``
+shapes they also write belong to the core bare_json/pythonic formats).
+
+- Llama 3.1/3.2/3.3 ``<|python_tag|>{"name": "f", "parameters": {...}}``,
+  optionally closed by ``<|eom_id|>`` (a stop token, usually not sent);
+  ``arguments`` for ``parameters`` and a list of calls also occur; the
+  built-in tool form ``<|python_tag|>brave_search.call(query="x")`` too
+  (vLLM ``tool_parsers/llama_tool_parser.py``, SGLang
+  ``function_call/llama32_detector.py``, Meta's llama3.1 prompt format doc).
+- Llama 3.1 custom-tool form ``<function=f>{"k": "v"}</function>``
+  (Meta's prompt-format doc; also Functionary v3.1). ``<function=`` is
+  shared with the core Qwen3-Coder XML format, so this one uses the same
+  end rule (``</function>``) and only parses a JSON body.
+- Llama 4 ``<|python_start|>[f(x=1), g()]<|python_end|>``: pythonic calls
+  in special tokens (vLLM ``llama4_pythonic_tool_parser.py`` strips the
+  two tokens); the bare ``[f(…)]`` list is the core pythonic format's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..context import ToolSpec
+from ._family import Json, Opt, Steps, calls_of, loads, python_calls, strip_trailer
+from .base import EndFinder, Format, RawCall
+from .scan import UntilMarker
+
+PYTHON_TAG = "<|python_tag|>"
+EOM = "<|eom_id|>"
+PYTHON_START = "<|python_start|>"
+PYTHON_END = "<|python_end|>"
+FUNCTION = "<function="
+FUNCTION_END = "</function>"
+
+
+class PythonTag(Format):
+    name: ClassVar[str] = "llama"
+    markers: ClassVar[tuple[str, ...]] = (PYTHON_TAG,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return Steps(len(marker), Json("{[", call=True), Opt(EOM))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(PYTHON_TAG):
+            return None
+        body = strip_trailer(region[len(PYTHON_TAG) :], EOM)
+        if body[:1] in ("{", "["):
+            value = loads(body)
+            return calls_of(value) if value is not None else None
+        # Built-in tool: ``name.call(k=v)``.
+        calls = python_calls(body)
+        if not calls:
+            return None
+        return [RawCall(c.name.removesuffix(".call"), c.arguments) for c in calls]
+
+
+class PythonStart(Format):
+    name: ClassVar[str] = "llama4"
+    markers: ClassVar[tuple[str, ...]] = (PYTHON_START,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return Steps(len(marker), Json("[", call=True), Opt(PYTHON_END))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(PYTHON_START):
+            return None
+        return python_calls(strip_trailer(region[len(PYTHON_START) :], PYTHON_END))
+
+
+class FunctionTag(Format):
+    """``<function=NAME>{json}</function>``; tried after the core XML format
+    that shares the marker (priority), so it only claims JSON bodies."""
+
+    name: ClassVar[str] = "llama"
+    markers: ClassVar[tuple[str, ...]] = (FUNCTION,)
+    wrapped: ClassVar[bool] = True
+    priority: ClassVar[int] = 150
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(FUNCTION_END, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(FUNCTION):
+            return None
+        head, sep, rest = region[len(FUNCTION) :].partition(">")
+        name = head.strip()
+        if not sep or not name or any(c.isspace() or c in "<{" for c in name):
+            return None
+        body = rest.strip().removesuffix(FUNCTION_END).rstrip()
+        if not body:
+            return [RawCall(name, None)]
+        if not body.startswith("{"):
+            return None
+        return [RawCall(name, body)]
+
+
+FORMATS: list[Format] = [PythonTag(), PythonStart(), FunctionTag()]

@@ -1,0 +1,94 @@
+"""Mistral's ``[TOOL_CALLS]`` calls, as a backend without a Mistral parser
+sends them in ``content``.
+
+Two generations share the marker (vLLM ``tool_parsers/mistral_tool_parser.py``
+tells them apart by tokenizer version; llama.cpp ``chat-parsers/mistral-nemo.cpp``
+and Magistral/Devstral users' reports show the same text):
+
+- before tokenizer v11 (Mistral 7B v0.3, Nemo, Small 3.x):
+  ``[TOOL_CALLS] [{"name": "f", "arguments": {...}, "id": "abc123def"}, ...]``
+  — one marker, a JSON list of calls (a single object also seen);
+- v11 and later (Small 3.2, Magistral, Devstral, Ministral 3):
+  ``[TOOL_CALLS]f[ARGS]{...}``, one marker per call; HF tokenizers may drop
+  the ``[ARGS]`` token (``[TOOL_CALLS]f{...}``), and v13 adds a call id:
+  ``[TOOL_CALLS]f[CALL_ID]abc123def[ARGS]{...}``.
+
+No closing token exists: the region ends where the JSON value closes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..context import ToolSpec
+from ._family import MAX_HEADER_CHARS, Before, Json, Steps, calls_of, loads
+from .base import ABORT, EndFinder, Format, RawCall
+
+MARKER = "[TOOL_CALLS]"
+
+# v11+: NAME, then optional [CALL_ID]id, optional [ARGS], then the object.
+_NAMED = re.compile(
+    r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*[^\s\[{]*\s*)?(?:\[ARGS\])?\s*(\{.*\})\s*\Z", re.DOTALL
+)
+
+
+class _MistralEnd:
+    """After the marker: a JSON list/object (old), or a name up to the
+    ``{`` of the arguments (new). Decided on the first non-space character."""
+
+    __slots__ = ("_skip", "_steps")
+
+    def __init__(self, skip: int) -> None:
+        self._skip = skip
+        self._steps: Steps | None = None
+
+    def feed(self, text: str) -> int | None:
+        i = 0
+        if self._skip:
+            i = min(self._skip, len(text))
+            self._skip -= i
+            if self._skip:
+                return None
+        if self._steps is None:
+            j = i
+            while j < len(text) and text[j].isspace():
+                j += 1
+            if j == len(text):
+                return None
+            if text[j] in "[{":
+                self._steps = Steps(0, Json("[{"))
+            elif text[j] == "]":
+                return ABORT
+            else:
+                self._steps = Steps(0, Before("{", MAX_HEADER_CHARS), Json("{"))
+        r = self._steps.feed(text[i:] if i else text)
+        if r is None or r == ABORT:
+            return r
+        return i + r
+
+
+class Mistral(Format):
+    name: ClassVar[str] = "mistral"
+    markers: ClassVar[tuple[str, ...]] = (MARKER,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return _MistralEnd(len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(MARKER):
+            return None
+        body = region[len(MARKER) :]
+        s = body.lstrip()
+        if s[:1] in ("[", "{"):
+            value = loads(s)
+            return calls_of(value) if value is not None else None
+        m = _NAMED.match(body)
+        if m is None:
+            return None
+        return [RawCall(m.group(1), m.group(2))]
+
+
+FORMATS: list[Format] = [Mistral()]

@@ -1,0 +1,103 @@
+"""The model-family format modules, without the detector: each table entry
+is a text that starts with a family's marker, the region the end finder
+must cut (trailing text after it must not be swallowed), and the calls its
+``parse`` must give. Every entry is also fed to the end finder split at
+every character boundary and at random (hypothesis): same end offset."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamfix.args import parse_object
+from streamfix.context import tools_of
+from streamfix.formats import _family
+from streamfix.formats.base import ABORT, Format, RawCall
+from tests.streamutil import SHAPES_REQUEST
+
+from .family_cases import CASES, MARKUP, NOT_THIS, Case
+
+TOOLS = tools_of(SHAPES_REQUEST)
+
+
+def feed_pieces(fmt: Format, marker: str, pieces: Sequence[str]) -> int | None:
+    """Absolute end offset the format's finder reports (or ABORT/None)."""
+    finder = fmt.end_finder(marker)
+    pos = 0
+    for piece in pieces:
+        r = finder.feed(piece)
+        if r is None:
+            pos += len(piece)
+            continue
+        if r == ABORT:
+            return ABORT
+        assert 0 <= r <= len(piece)
+        return pos + r
+    return None
+
+
+def norm(calls: list[RawCall] | None) -> list[tuple[str, Any]] | None:
+    if calls is None:
+        return None
+    out: list[tuple[str, Any]] = []
+    for c in calls:
+        args = c.arguments
+        if isinstance(args, str):
+            args, _ = parse_object(args)
+        out.append((c.name, args))
+    return out
+
+
+def ids(cases: Sequence[Case]) -> list[str]:
+    return [c.id for c in cases]
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_whole(case: Case) -> None:
+    text = case.region + case.after
+    assert feed_pieces(case.fmt, case.marker, [text]) == case.end
+    if case.end is not None and case.end != ABORT:
+        assert norm(case.fmt.parse(text[: case.end], TOOLS)) == case.calls
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_every_split(case: Case) -> None:
+    text = case.region + case.after
+    for k in range(len(text) + 1):
+        assert feed_pieces(case.fmt, case.marker, [text[:k], text[k:]]) == case.end, k
+    assert feed_pieces(case.fmt, case.marker, list(text)) == case.end
+
+
+@given(data=st.data())
+def test_random_splits(data: st.DataObject) -> None:
+    case = data.draw(st.sampled_from(CASES))
+    text = case.region + case.after
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    assert feed_pieces(case.fmt, case.marker, pieces) == case.end
+
+
+@pytest.mark.parametrize(("fmt", "region"), MARKUP, ids=[r[:40] for _, r in MARKUP])
+def test_not_a_call_is_none(fmt: Format, region: str) -> None:
+    """Regions with the family's marker that hold no call: None (markup)."""
+    assert fmt.parse(region, TOOLS) is None
+
+
+@pytest.mark.parametrize(("fmt", "region"), NOT_THIS, ids=[r[:40] for _, r in NOT_THIS])
+def test_other_format_bodies_are_left_alone(fmt: Format, region: str) -> None:
+    """A shared marker whose body is another format's (JSON in ``<tool_call>``
+    for GLM): None, so the registry tries the next parser."""
+    assert fmt.parse(region, TOOLS) is None
+
+
+def test_every_family_declares_formats() -> None:
+    import importlib
+
+    for mod in ("mistral", "llama"):
+        m = importlib.import_module(f"streamfix.formats.{mod}")
+        assert m.FORMATS and all(isinstance(f, Format) and f.markers and f.name for f in m.FORMATS)
+    assert _family.FORMATS == []
