@@ -1,11 +1,81 @@
-"""The ``streamfix`` command."""
+"""The ``streamfix`` command: ``serve`` (the proxy) and ``demo``.
+
+``streamfix serve`` reads its settings from the command line, then
+``STREAMFIX_*`` environment variables, then a TOML file, then defaults
+(``streamfix.server.config`` declares each one once). ``--workers N``
+starts N processes that listen on the same port with ``SO_REUSEPORT``
+(Linux, BSD); the kernel spreads connections between them. The proxy
+keeps no state between requests, so replicas behind any load balancer
+work too (turn response buffering off there: nginx
+``proxy_buffering off``; streamfix also sends ``X-Accel-Buffering: no``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
+from .server.config import SETTINGS, ConfigError, ServerConfig, build_config, settings_epilog
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible repairing proxy",
+        description=(
+            "An OpenAI-compatible proxy in front of one or more chat backends "
+            "(vLLM, llama.cpp, Ollama, LM Studio, SGLang, any /v1 API) that repairs "
+            "their streams: POST /v1/chat/completions, GET /v1/models, /healthz, /metrics."
+        ),
+        epilog=settings_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--upstream",
+        dest="upstreams",
+        action="append",
+        metavar="URL",
+        help="upstream base URL ending in /v1; repeat for several "
+        "(options after '#': weight=, window=, api_key=, reasoning=)",
+    )
+    p.add_argument("--config", metavar="FILE.toml", help="TOML settings file")
+    p.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' from clients; repeat for several "
+        "(then the client's header is not forwarded upstream)",
+    )
+    for s in SETTINGS:
+        kwargs: dict[str, Any] = {"dest": s.name, "help": s.help, "default": None, "type": s.type}
+        if s.choices:
+            kwargs["choices"] = s.choices
+        elif s.metavar:
+            kwargs["metavar"] = s.metavar
+        p.add_argument(s.flag, **kwargs)
+
+
+def _add_demo(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="show, side by side, a misbehaving stream and what streamfix makes of it",
+        description=(
+            "Starts a scripted upstream on loopback that misbehaves in each way "
+            "streamfix repairs, puts the proxy in front of it, and prints what a "
+            "client receives directly and through streamfix. No model, no network."
+        ),
+    )
+    p.add_argument("--width", type=int, default=None, help="total output width (default: terminal)")
+    p.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,8 +87,74 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"streamfix {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(sub)
+    _add_demo(sub)
     return parser
+
+
+def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> ServerConfig:
+    cli = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    return build_config(cli, os.environ.copy() if env is None else env, args.config)
+
+
+def _run(cfg: ServerConfig, reuse_port: bool) -> None:
+    from aiohttp import web
+
+    from .server.app import create_app
+
+    logging.basicConfig(
+        level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    web.run_app(
+        create_app(cfg),
+        host=cfg.host,
+        port=cfg.port,
+        handler_cancellation=True,
+        reuse_port=reuse_port or None,
+        print=None,
+        access_log=logging.getLogger("streamfix.access"),
+    )
+
+
+def _worker(cfg: ServerConfig) -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        _run(cfg, reuse_port=True)
+
+
+def serve(cfg: ServerConfig) -> int:
+    ups = ", ".join(u.name for u in cfg.upstreams)
+    print(
+        f"streamfix {__version__}: http://{cfg.host}:{cfg.port}/v1 -> {ups}"
+        + (f" ({cfg.workers} workers)" if cfg.workers > 1 else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    if cfg.workers == 1:
+        _run(cfg, reuse_port=False)
+        return 0
+    if not hasattr(__import__("socket"), "SO_REUSEPORT"):
+        print("--workers needs SO_REUSEPORT (Linux, BSD, macOS)", file=sys.stderr)
+        return 2
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(cfg,), daemon=False) for _ in range(cfg.workers)]
+    for p in procs:
+        p.start()
+
+    def stop(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        stop(signal.SIGINT, None)
+        for p in procs:
+            p.join()
+    return max((p.exitcode or 0) for p in procs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,4 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return 0
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(width=args.width, scenarios=args.scenario)
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    if not cfg.upstreams:
+        parser.error("no upstream: give --upstream URL (or STREAMFIX_UPSTREAM, or [[upstream]])")
+    return serve(cfg)

@@ -1,0 +1,799 @@
+"""The OpenAI-compatible proxy: ``create_app(config) -> web.Application``.
+
+Routes: ``POST /v1/chat/completions`` (streamed through ``SSESession``,
+non-streamed through ``Chain.complete``), ``GET /v1/models`` (passed
+through), ``GET /healthz``, ``GET /metrics`` (Prometheus text format).
+
+One chat request, streamed::
+
+    read + validate body ─► budget (clamp max_tokens, engine fields)
+      ─► upstreams.send (weighted choice, failover, retries) ─► 200?
+      ─► prepare client response (no-cache, X-Accel-Buffering: no)
+      ─► for each upstream read: session.feed ─► hold or write
+      ─► end: [DONE] passed on, or an error event (never a fake finish)
+
+*Holding.* Until the chain has emitted real output (``output_started``;
+with ``--required soft`` and ``tool_choice: "required"``, until a call was
+emitted) the repaired bytes are held, not written, so that the request can
+still be asked again without the client seeing two replies. Held bytes
+are bounded (``MAX_HELD_BYTES``); keep-alive comments go out meanwhile.
+
+*Asking again* (at most ``max_reasks`` times, each reason once): the
+repaired reply is empty; a tool call was cut off by the output limit
+(asked with twice the allowance, clamped to the window); ``required``
+soft mode and no call (asked with an instruction naming the tools); the
+upstream said ``context_length_exceeded`` (the window is learned from the
+message, the request clamped).
+
+*Cancellation paths* (each closes the upstream response, in ``finally``):
+the client disconnects (the handler is cancelled when the server runs
+with ``handler_cancellation=True``, as ``streamfix serve`` does, and a
+closing transport is noticed at the next upstream read otherwise); a
+write to the client fails; the chain cuts a loop (``session.finished``);
+the upstream dies or times out (an error event goes to the client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..chain import Chain
+from ..context import Context, Report, tools_of
+from ..errors import RequestError, UpstreamProtocolError
+from ..session import SSESession, error_event
+from .budget import BudgetPolicy, clamp_request, engine_fields, probe_upstream, window_from_error
+from .config import ServerConfig
+from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .upstreams import (
+    ERROR_BODY_BYTES,
+    Upstream,
+    UpstreamFailure,
+    UpstreamPool,
+    error_body,
+    forward_headers,
+    response_headers,
+    send,
+)
+
+log = logging.getLogger("streamfix.server")
+
+#: Repaired bytes held back while a re-ask is still possible. A reply
+#: whose held part grows past this is committed (streamed as is): holding
+#: more would delay a long prose answer for nothing and grow memory.
+MAX_HELD_BYTES = 256 * 1024
+
+#: Seconds between keep-alive comments sent while output is held, well
+#: under the usual 60 s idle timeouts of load balancers and clients.
+KEEPALIVE_INTERVAL = 5.0
+
+#: How long start-up waits for the first context-window probes.
+PROBE_STARTUP_WAIT = 3.0
+
+_KEEPALIVE = b": keep-alive\n\n"
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+#: The instruction added when ``tool_choice: "required"`` got prose back.
+REQUIRED_INSTRUCTION = (
+    "You must answer this turn by calling one of these tools: {names}. "
+    "Reply with a tool call only, not with text."
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(
+    status: int, message: str, type_: str, code: str | None = None, param: str | None = None
+) -> web.Response:
+    return web.Response(
+        status=status,
+        body=orjson.dumps(error_body(message, type_, code, param)),
+        content_type="application/json",
+    )
+
+
+_STATUS_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+}
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it went away."""
+
+
+class _ClientStream:
+    """The streamed response to the client, with a hold-back buffer."""
+
+    __slots__ = ("committed", "held", "held_bytes", "last_write", "request", "resp")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.resp: web.StreamResponse | None = None
+        self.held: list[bytes] = []
+        self.held_bytes = 0
+        self.committed = False
+        self.last_write = time.monotonic()
+
+    @property
+    def prepared(self) -> bool:
+        return self.resp is not None
+
+    async def prepare(self, extra: CIMultiDict[str]) -> None:
+        if self.resp is not None:
+            return
+        resp = web.StreamResponse(status=200)
+        for k, v in extra.items():
+            resp.headers.add(k, v)
+        resp.headers.update(SSE_HEADERS)
+        self.resp = resp
+        try:
+            await resp.prepare(self.request)
+        except ConnectionResetError as exc:
+            raise _ClientGone from exc
+
+    async def write(self, data: bytes) -> None:
+        assert self.resp is not None
+        try:
+            await self.resp.write(data)
+        except ConnectionResetError as exc:
+            raise _ClientGone from exc
+        self.last_write = time.monotonic()
+
+    def gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    def hold(self, data: bytes) -> None:
+        self.held.append(data)
+        self.held_bytes += len(data)
+
+    async def keepalive_if_due(self) -> None:
+        if time.monotonic() - self.last_write >= KEEPALIVE_INTERVAL:
+            await self.write(_KEEPALIVE)
+
+    async def commit(self) -> None:
+        self.committed = True
+        if self.held:
+            data = b"".join(self.held)
+            self.held.clear()
+            self.held_bytes = 0
+            await self.write(data)
+
+    def discard(self) -> None:
+        self.held.clear()
+        self.held_bytes = 0
+
+    async def send(self, data: bytes) -> None:
+        if self.committed:
+            await self.write(data)
+        else:
+            self.hold(data)
+
+
+class _Attempt:
+    """What one request's successive upstream attempts share."""
+
+    __slots__ = ("body", "done", "reasks", "soft", "stream")
+
+    def __init__(self, body: dict[str, Any], soft: bool, stream: bool) -> None:
+        self.body = body  # sent upstream (before the per-upstream budget)
+        self.soft = soft
+        self.stream = stream
+        self.reasks = 0
+        self.done: set[str] = set()  # re-ask reasons used
+
+
+def validate_chat(body: Any) -> dict[str, Any]:
+    """Raise RequestError unless ``body`` is a usable chat request."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array", param="messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise RequestError("each message must be an object", param="messages")
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise RequestError("'stream' must be a boolean", param="stream")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError("'tools' must be an array", param="tools")
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = body.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise RequestError(f"'{key}' must be a positive integer", param=key)
+    return body
+
+
+def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with an instruction naming the offered tools, merged into
+    the first system message (several chat templates reject a system
+    message anywhere but first) or added as one."""
+    names = ", ".join(tools_of(body))
+    text = REQUIRED_INSTRUCTION.format(names=names)
+    messages = [dict(m) for m in body["messages"]]
+    first = messages[0]
+    if first.get("role") in ("system", "developer") and isinstance(first.get("content"), str):
+        first["content"] = f"{first['content']}\n\n{text}"
+    else:
+        messages.insert(0, {"role": "system", "content": text})
+    out = dict(body)
+    out["messages"] = messages
+    return out
+
+
+def raise_allowance(
+    body: dict[str, Any], sent: dict[str, Any] | None, reservation: int
+) -> dict[str, Any]:
+    """``body`` asking for twice the output tokens last sent (the budget
+    clamps the result to the window). A request that set no limit is left
+    as is: the engine already allowed what fits."""
+    out = dict(body)
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            cur = (sent or body).get(key) or body[key] or reservation
+            out[key] = max(int(cur) * 2, body[key])
+    return out
+
+
+def _has_reasoning(obj: dict[str, Any]) -> bool:
+    for ch in obj.get("choices") or ():
+        msg = ch.get("message") if isinstance(ch, dict) else None
+        if isinstance(msg, dict) and (msg.get("reasoning_content") or msg.get("reasoning")):
+            return True
+    return False
+
+
+def _calls_in(obj: dict[str, Any]) -> int:
+    n = 0
+    for ch in obj.get("choices") or ():
+        msg = ch.get("message") if isinstance(ch, dict) else None
+        if isinstance(msg, dict) and isinstance(msg.get("tool_calls"), list):
+            n += len(msg["tool_calls"])
+    return n
+
+
+class Proxy:
+    """State of one proxy app: config, upstreams, metrics, client session."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        if not config.upstreams:
+            raise ValueError("at least one upstream is needed")
+        self.cfg = config
+        self.pool = UpstreamPool(list(config.upstreams), rest=config.rest)
+        self.metrics = Metrics()
+        self.policy = BudgetPolicy(
+            output_reservation=config.output_reservation,
+            safety_margin=config.safety_margin,
+            floor=config.floor,
+            reasoning_reserve=config.reasoning_reserve,
+        )
+        self.timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=None,
+            sock_connect=config.connect_timeout,
+            sock_read=config.read_timeout,
+        )
+        self._api_keys = [k.encode() for k in config.api_keys]
+        self._client: aiohttp.ClientSession | None = None
+        self._slots = asyncio.Semaphore(config.pool_limit)
+        self._probe_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        assert self._client is not None, "the app is not running"
+        return self._client
+
+    async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=self.cfg.pool_limit, limit_per_host=0)
+        self._client = aiohttp.ClientSession(
+            connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
+        )
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.probe_all(), PROBE_STARTUP_WAIT)
+            if self.cfg.probe_interval > 0:
+                self._probe_task = asyncio.create_task(self._probe_loop())
+            yield
+        finally:
+            if self._probe_task is not None:
+                self._probe_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._probe_task
+            await self._client.close()
+
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self._probe(up) for up in self.pool.upstreams))
+
+    async def _probe(self, up: Upstream) -> None:
+        headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
+        try:
+            info = await probe_upstream(self.client, up.cfg.url, headers)
+        except Exception as exc:  # a probe must never take the proxy down
+            log.info("probe of %s failed: %s", up.name, type(exc).__name__)
+            return
+        up.set_info(info)
+        log.info("upstream %s: engine=%s window=%s", up.name, info.engine, up.window)
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.probe_interval)
+            await self.probe_all()
+
+    # -- middlewares -------------------------------------------------------
+
+    @web.middleware
+    async def errors_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return json_error(
+                exc.status,
+                str(exc),
+                _STATUS_TYPES.get(exc.status, "invalid_request_error"),
+                param=exc.param,
+            )
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            message = exc.text or exc.reason
+            if exc.status == 413:
+                message = f"request body too large (limit {self.cfg.body_limit} bytes)"
+            return json_error(
+                exc.status, message, _STATUS_TYPES.get(exc.status, "invalid_request_error")
+            )
+
+    @web.middleware
+    async def auth_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._api_keys and request.path not in ("/healthz", "/metrics"):
+            header = request.headers.get("Authorization", "")
+            token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+            ok = False
+            for key in self._api_keys:  # no early exit: constant time per key
+                ok |= hmac.compare_digest(token, key)
+            if not ok:
+                return json_error(
+                    401, "invalid or missing API key", "authentication_error", "invalid_api_key"
+                )
+        return await handler(request)
+
+    # -- small endpoints ---------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        ups = [
+            {
+                "url": u.name,
+                "resting": u.resting(now),
+                "window": u.window,
+                "engine": u.info.engine,
+                "reasoning": u.info.reasoning,
+            }
+            for u in self.pool.upstreams
+        ]
+        return web.json_response(
+            {"status": "ok", "upstreams": ups}, dumps=lambda o: orjson.dumps(o).decode()
+        )
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=self.metrics.render())
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        path = request.path[len("/v1") :]
+        async with self._slot():
+            try:
+                up, resp = await self._send("GET", path, request, lambda up: None)
+            except UpstreamFailure as f:
+                return self._failure_response(f)
+            try:
+                body = await resp.read()
+                out = web.Response(
+                    status=resp.status, body=body, headers=response_headers(resp.headers)
+                )
+                out.content_type = resp.content_type
+                self._count("models", False, resp.status)
+                return out
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                self._upstream_error(up, "died_midstream")
+                return json_error(
+                    502, f"upstream {up.name} failed: {type(exc).__name__}", "upstream_error"
+                )
+            finally:
+                resp.close()
+
+    # -- helpers -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of ``pool_limit`` upstream slots, waited for at most
+        ``pool_wait`` seconds: the connection pool never queues silently."""
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.cfg.pool_wait)
+        except TimeoutError:
+            raise web.HTTPServiceUnavailable(
+                text=f"all {self.cfg.pool_limit} upstream connections busy; retry later",
+                headers={"Retry-After": "1"},
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def _upstream_error(self, up: Upstream, kind: str) -> None:
+        self.metrics.upstream_errors.labels(up.name, kind).inc()
+
+    def _count(self, endpoint: str, stream: bool, status: int) -> None:
+        self.metrics.requests.labels(endpoint, "true" if stream else "false", str(status)).inc()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        request: web.Request,
+        body_for: Callable[[Upstream], bytes | None],
+    ) -> tuple[Upstream, aiohttp.ClientResponse]:
+        forward_auth = not self._api_keys
+
+        def headers_for(up: Upstream) -> CIMultiDict[str]:
+            h = forward_headers(request.headers, up, forward_auth=forward_auth)
+            if method == "POST":
+                h["Content-Type"] = "application/json"
+            return h
+
+        return await send(
+            self.pool,
+            self.client,
+            method,
+            path,
+            body_for=body_for,
+            headers_for=headers_for,
+            retries=self.cfg.retries,
+            backoff=self.cfg.backoff,
+            timeout=self.timeout,
+            on_error=self._upstream_error,
+        )
+
+    def _failure_response(self, f: UpstreamFailure) -> web.Response:
+        if f.body and f.status in (429, 500, 502, 503, 504):
+            try:
+                obj = orjson.loads(f.body)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
+                resp = web.Response(status=f.status, body=f.body, headers=f.headers or {})
+                resp.content_type = "application/json"
+                return resp
+        type_ = "timeout" if f.status == 504 else "upstream_error"
+        return json_error(f.status, f.message, type_, f.kind)
+
+    def _budgeted(self, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
+        """The body for ``up``: max_tokens clamped to its window, engine
+        fields added. ``sent`` receives the final body and clamp info."""
+        body, clamp = clamp_request(base, up.window, self.policy, reasoning=up.info.reasoning)
+        extra = engine_fields(body, up.info)
+        if extra:
+            body = {**body, **extra}
+        sent["body"] = body
+        sent["clamp"] = clamp
+        return orjson.dumps(body)
+
+    def _body_fn(self, base: dict[str, Any], sent: dict[str, Any]) -> Callable[[Upstream], bytes]:
+        return lambda up: self._budgeted(base, up, sent)
+
+    def _record(self, up: Upstream, sent: dict[str, Any]) -> None:
+        if sent.get("clamp"):
+            self.metrics.clamps.inc()
+            log.info("clamped for %s: %s", up.name, sent["clamp"])
+
+    def _reask_reason(self, att: _Attempt, report: Report, calls: int) -> str | None:
+        if att.reasks >= self.cfg.max_reasks:
+            return None
+        if report.empty_after_repair and "empty" not in att.done:
+            return "empty"
+        if report.truncated_call and "truncated_call" not in att.done:
+            return "truncated_call"
+        if att.soft and calls == 0 and "required" not in att.done:
+            return "required"
+        return None
+
+    def _next_body(self, att: _Attempt, reason: str, sent: dict[str, Any]) -> None:
+        att.reasks += 1
+        att.done.add(reason)
+        self.metrics.reasks.labels(reason).inc()
+        if reason == "truncated_call":
+            att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
+        elif reason == "required":
+            att.body = with_required_instruction(att.body)
+
+    async def _context_exceeded(self, up: Upstream, att: _Attempt, raw: bytes) -> bool:
+        """An upstream 400 ``context_length_exceeded``: learn the window
+        and say whether to ask again (once)."""
+        if b"context_length_exceeded" not in raw or "context" in att.done:
+            return False
+        window = window_from_error(raw)
+        if window is None or att.reasks >= self.cfg.max_reasks:
+            return False
+        up.learn_window(window)
+        att.reasks += 1
+        att.done.add("context")
+        self.metrics.reasks.labels("context").inc()
+        return True
+
+    # -- chat completions --------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self._count("chat", False, 413)
+            raise
+        try:
+            body = validate_chat(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            self._count("chat", False, 400)
+            raise RequestError("request body is not valid JSON") from None
+        except RequestError:
+            self._count("chat", False, 400)
+            raise
+        stream = body.get("stream") is True
+        soft = (
+            self.cfg.required == "soft"
+            and body.get("tool_choice") == "required"
+            and bool(tools_of(body))
+        )
+        up_body = dict(body)
+        if soft:
+            up_body["tool_choice"] = "auto"
+        att = _Attempt(up_body, soft, stream)
+        async with self._slot():
+            if stream:
+                return await self._chat_stream(request, body, att)
+            return await self._chat_once(request, body, att)
+
+    async def _chat_once(
+        self, request: web.Request, client_body: dict[str, Any], att: _Attempt
+    ) -> web.StreamResponse:
+        while True:
+            sent: dict[str, Any] = {}
+            base = att.body
+            try:
+                up, resp = await self._send(
+                    "POST", "/chat/completions", request, self._body_fn(base, sent)
+                )
+            except UpstreamFailure as f:
+                self._count("chat", False, f.status)
+                return self._failure_response(f)
+            self._record(up, sent)
+            try:
+                raw = await resp.read()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+                self._upstream_error(up, kind)
+                status = 504 if kind == "timeout" else 502
+                self._count("chat", False, status)
+                return json_error(
+                    status,
+                    f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+                    "upstream_error",
+                    kind,
+                )
+            finally:
+                resp.close()
+            if resp.status != 200:
+                if resp.status == 400 and await self._context_exceeded(up, att, raw):
+                    continue
+                self._count("chat", False, resp.status)
+                out = web.Response(
+                    status=resp.status, body=raw, headers=response_headers(resp.headers)
+                )
+                out.content_type = resp.content_type
+                return out
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
+                self._upstream_error(up, "protocol")
+                self._count("chat", False, 502)
+                return json_error(
+                    502,
+                    f"upstream {up.name} sent a reply that is not a JSON object",
+                    "upstream_protocol_error",
+                )
+            if not up.info.reasoning and _has_reasoning(obj):
+                up.mark_reasoning()
+            ctx = Context.of(client_body, {})
+            t0 = time.perf_counter()
+            fixed = Chain(ctx).complete(obj)
+            self.metrics.chunk_seconds.observe(time.perf_counter() - t0)
+            self.metrics.count_report(ctx.report.counts)
+            reason = self._reask_reason(att, ctx.report, _calls_in(fixed))
+            if reason is not None:
+                log.info("asking %s again: %s", up.name, reason)
+                self._next_body(att, reason, sent)
+                continue
+            self._count("chat", False, 200)
+            out = web.Response(body=orjson.dumps(fixed), headers=response_headers(resp.headers))
+            out.content_type = "application/json"
+            return out
+
+    async def _chat_stream(
+        self, request: web.Request, client_body: dict[str, Any], att: _Attempt
+    ) -> web.StreamResponse:
+        client = _ClientStream(request)
+        status = 200
+        try:
+            while True:
+                sent: dict[str, Any] = {}
+                base = att.body
+                try:
+                    up, resp = await self._send(
+                        "POST", "/chat/completions", request, self._body_fn(base, sent)
+                    )
+                except UpstreamFailure as f:
+                    if not client.prepared:
+                        status = f.status
+                        return self._failure_response(f)
+                    await client.commit()
+                    await client.write(error_event(f.message, "upstream_error", f.kind))
+                    return client.resp  # type: ignore[return-value]
+                self._record(up, sent)
+                try:
+                    if resp.status != 200:
+                        raw = await resp.content.read(ERROR_BODY_BYTES)
+                        if resp.status == 400 and await self._context_exceeded(up, att, raw):
+                            continue
+                        if not client.prepared:
+                            status = resp.status
+                            out = web.Response(
+                                status=resp.status, body=raw, headers=response_headers(resp.headers)
+                            )
+                            out.content_type = resp.content_type
+                            return out
+                        await client.commit()
+                        await client.write(
+                            error_event(
+                                f"upstream {up.name} answered HTTP {resp.status}", "upstream_error"
+                            )
+                        )
+                        return client.resp  # type: ignore[return-value]
+                    await client.prepare(response_headers(resp.headers))
+                    session = SSESession(client_body)
+                    reask = await self._pump(up, resp, session, client, att)
+                finally:
+                    resp.close()
+                if reask is None:
+                    return client.resp  # type: ignore[return-value]
+                log.info("asking %s again: %s", up.name, reask)
+                client.discard()
+                self._next_body(att, reask, sent)
+        except _ClientGone:
+            status = 499  # nginx's "client closed request"
+            return client.resp or web.Response(status=499)
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        finally:
+            self._count("chat", True, status)
+
+    async def _pump(
+        self,
+        up: Upstream,
+        resp: aiohttp.ClientResponse,
+        session: SSESession,
+        client: _ClientStream,
+        att: _Attempt,
+    ) -> str | None:
+        """Stream one upstream reply to the client. Returns a re-ask
+        reason when the reply is to be discarded and asked again."""
+        chain = session.chain
+        observe = self.metrics.chunk_seconds.observe
+        perf = time.perf_counter
+        soft = att.soft
+        got_data = False
+        tail = b""
+        error: str | None = None
+        reasoning_seen = up.info.reasoning
+        try:
+            async for data in resp.content.iter_any():
+                got_data = True
+                if not reasoning_seen and b'"reasoning' in data:
+                    reasoning_seen = True
+                    up.mark_reasoning()
+                t0 = perf()
+                out = session.feed(data)
+                observe(perf() - t0)
+                if out:
+                    if client.committed:
+                        await client.write(out)
+                    else:
+                        client.hold(out)
+                        ready = chain.calls_emitted > 0 if soft else chain.output_started
+                        if ready or client.held_bytes > MAX_HELD_BYTES:
+                            await client.commit()
+                        else:
+                            await client.keepalive_if_due()
+                elif not client.committed:
+                    await client.keepalive_if_due()
+                if session.finished:
+                    break
+                if client.gone():
+                    raise _ClientGone
+            if session.finished:
+                pass
+            elif not session.saw_done:
+                kind = "died_midstream" if got_data else "empty_stream"
+                self._upstream_error(up, kind)
+                error = (
+                    f"upstream {up.name} ended the stream before [DONE]"
+                    if got_data
+                    else f"upstream {up.name} sent an empty stream"
+                    " (llama.cpp does so when the prompt exceeds its context window)"
+                )
+                tail = session.fail(UpstreamProtocolError(error))
+            else:
+                tail = session.close()
+        except UpstreamProtocolError as exc:
+            self._upstream_error(up, "protocol")
+            error = str(exc)
+            tail = session.fail(exc)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+            self._upstream_error(up, kind)
+            error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
+            tail = session.fail(UpstreamProtocolError(error))
+        finally:
+            self.metrics.count_report(session.report.counts)
+        if session.stopped:
+            log.info("cut %s: %s", up.name, session.report.cut)
+        if error is None and not client.committed:
+            reason = self._reask_reason(att, session.report, chain.calls_emitted)
+            if reason is not None:
+                return None if client.gone() else reason
+        await client.commit()
+        if tail:
+            await client.write(tail)
+        return None
+
+
+PROXY = web.AppKey("streamfix_proxy", Proxy)
+
+
+def create_app(config: ServerConfig) -> web.Application:
+    """The proxy as an aiohttp application. Run it with
+    ``handler_cancellation=True`` (``web.run_app`` / ``AppRunner`` keyword)
+    so that a client disconnect cancels the upstream request at once."""
+    proxy = Proxy(config)
+    app = web.Application(
+        client_max_size=config.body_limit, middlewares=[proxy.errors_mw, proxy.auth_mw]
+    )
+    app[PROXY] = proxy
+    app.cleanup_ctx.append(proxy.lifecycle)
+    app.router.add_post("/v1/chat/completions", proxy.chat)
+    app.router.add_get("/v1/models", proxy.models)
+    app.router.add_get("/v1/models/{model:.+}", proxy.models)
+    app.router.add_get("/healthz", proxy.healthz)
+    app.router.add_get("/metrics", proxy.metrics_endpoint)
+    return app

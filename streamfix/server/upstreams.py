@@ -1,0 +1,251 @@
+"""The upstreams: choice by weight, failover, retries, rest, headers.
+
+A request goes to one upstream chosen at random by weight among those not
+resting. Before the first byte of the reply reached the client, a
+connection error, a timeout, a 5xx or a 429 moves on to the next upstream
+in that order; after a whole round fails, the round is tried again after an
+exponential backoff, ``retries`` times. An upstream that failed is rested
+(skipped while others are available) for ``rest`` seconds.
+
+Headers: the client's end-to-end headers are forwarded, hop-by-hop ones
+(RFC 9110 §7.6.1) are not. ``Authorization``: an upstream's configured key
+wins; otherwise the client's header is forwarded, unless the proxy checks
+inbound keys (then the client's header holds *our* key, which must not
+leak upstream). Keys are never logged: only ``UpstreamConfig.name`` is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from multidict import CIMultiDict
+
+from .budget import UpstreamInfo
+from .config import UpstreamConfig
+
+log = logging.getLogger("streamfix.upstreams")
+
+#: RFC 9110 §7.6.1 hop-by-hop fields, plus those aiohttp sets itself.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "content-encoding",
+    }
+)
+
+#: Upstream statuses worth another upstream or a retry.
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+#: Longest backoff between two retry rounds (seconds).
+MAX_BACKOFF = 5.0
+
+#: Bytes of an upstream error body kept for the client's error message.
+ERROR_BODY_BYTES = 64 * 1024
+
+
+class Upstream:
+    """One configured upstream and what is known about it."""
+
+    __slots__ = ("cfg", "failures", "info", "rested_until")
+
+    def __init__(self, cfg: UpstreamConfig) -> None:
+        self.cfg = cfg
+        self.info = UpstreamInfo(window=cfg.window, engine=None, reasoning=cfg.reasoning)
+        self.rested_until = 0.0
+        self.failures = 0
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def window(self) -> int | None:
+        return self.cfg.window if self.cfg.window is not None else self.info.window
+
+    def set_info(self, info: UpstreamInfo) -> None:
+        """A probe result; configured values override probed ones."""
+        if self.cfg.window is not None:
+            info.window = self.cfg.window
+        elif info.window is None:
+            info.window = self.info.window  # keep a window learned from an error
+        info.reasoning = info.reasoning or self.info.reasoning or self.cfg.reasoning
+        self.info = info
+
+    def learn_window(self, window: int) -> None:
+        if self.cfg.window is None:
+            self.info.window = window
+
+    def mark_reasoning(self) -> None:
+        self.info.reasoning = True
+
+    def resting(self, now: float) -> bool:
+        return now < self.rested_until
+
+
+class UpstreamPool:
+    def __init__(self, configs: list[UpstreamConfig], rest: float = 30.0) -> None:
+        self.upstreams = [Upstream(c) for c in configs]
+        self.rest = rest
+        self._random = random.Random()
+
+    def order(self) -> list[Upstream]:
+        """All upstreams, in the order to try them: those not resting first,
+        shuffled by weight (Efraimidis–Spirakis keys), then resting ones."""
+        now = time.monotonic()
+        rnd = self._random.random
+
+        def key(u: Upstream) -> tuple[bool, float]:
+            return (u.resting(now), -(rnd() ** (1.0 / u.cfg.weight)))
+
+        return sorted(self.upstreams, key=key)
+
+    def failed(self, up: Upstream) -> None:
+        up.failures += 1
+        up.rested_until = time.monotonic() + self.rest
+
+    def succeeded(self, up: Upstream) -> None:
+        up.failures = 0
+        up.rested_until = 0.0
+
+
+def forward_headers(
+    client: Mapping[str, str], up: Upstream, *, forward_auth: bool
+) -> CIMultiDict[str]:
+    """The headers to send upstream (see module docstring)."""
+    drop = set(HOP_BY_HOP)
+    conn = client.get("Connection")
+    if conn:
+        drop.update(t.strip().lower() for t in conn.split(","))
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in client.items():
+        lk = k.lower()
+        if lk in drop or lk == "authorization":
+            continue
+        out.add(k, v)
+    if up.cfg.api_key:
+        out["Authorization"] = f"Bearer {up.cfg.api_key}"
+    elif forward_auth and client.get("Authorization"):
+        out["Authorization"] = client["Authorization"]
+    return out
+
+
+def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
+    """Upstream response headers worth relaying (not hop-by-hop, not the
+    framing ones that the proxy sets itself)."""
+    out: CIMultiDict[str] = CIMultiDict()
+    skip = HOP_BY_HOP | {"content-type", "date", "server"}
+    for k, v in upstream.items():
+        if k.lower() not in skip:
+            out.add(k, v)
+    return out
+
+
+@dataclass(slots=True)
+class UpstreamFailure(Exception):
+    """No upstream answered usably. ``status`` is the HTTP status to give
+    the client: the last upstream's own 5xx/429 (with ``body``), 502 when
+    none could be reached, 504 on a timeout."""
+
+    status: int
+    message: str
+    kind: str
+    body: bytes | None = None
+    headers: Mapping[str, str] | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+ErrorHook = Callable[[Upstream, str], None]
+
+
+async def send(
+    pool: UpstreamPool,
+    session: aiohttp.ClientSession,
+    method: str,
+    path: str,
+    *,
+    body_for: Callable[[Upstream], bytes | None],
+    headers_for: Callable[[Upstream], CIMultiDict[str]],
+    retries: int,
+    backoff: float,
+    timeout: aiohttp.ClientTimeout,
+    on_error: ErrorHook | None = None,
+    order: list[Upstream] | None = None,
+) -> tuple[Upstream, aiohttp.ClientResponse]:
+    """Open ``method path`` on the first upstream that answers with
+    something other than a connection error, a timeout, a 5xx or a 429.
+
+    Returns the upstream and its open response (the caller closes it).
+    Raises ``UpstreamFailure`` when every round failed.
+    """
+    last: UpstreamFailure | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            await asyncio.sleep(min(MAX_BACKOFF, backoff * 2 ** (attempt - 1)))
+        for up in order if order is not None else pool.order():
+            url = up.cfg.url + path
+            try:
+                resp = await session.request(
+                    method,
+                    url,
+                    data=body_for(up),
+                    headers=headers_for(up),
+                    timeout=timeout,
+                    allow_redirects=False,
+                )
+            except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+                last = UpstreamFailure(504, f"upstream {up.name} timed out: {exc}", "timeout")
+            except aiohttp.ClientError as exc:
+                last = UpstreamFailure(
+                    502, f"upstream {up.name} unreachable: {type(exc).__name__}", "connect"
+                )
+            else:
+                if resp.status not in RETRYABLE_STATUS:
+                    pool.succeeded(up)
+                    return up, resp
+                try:
+                    body = await resp.content.read(ERROR_BODY_BYTES)
+                except (TimeoutError, aiohttp.ClientError):
+                    body = b""
+                finally:
+                    resp.close()
+                kind = "status_429" if resp.status == 429 else "status_5xx"
+                last = UpstreamFailure(
+                    resp.status,
+                    f"upstream {up.name} answered HTTP {resp.status}",
+                    kind,
+                    body,
+                    response_headers(resp.headers),
+                )
+            log.warning("%s", last.message)
+            pool.failed(up)
+            if on_error is not None:
+                on_error(up, last.kind)
+    assert last is not None  # the pool is never empty
+    raise last
+
+
+def error_body(
+    message: str, type_: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI-shaped error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
