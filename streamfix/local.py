@@ -60,6 +60,8 @@ INSTALL_HINT = (
 #: Loading a 135M model takes about a second; a busy 2-core CI box may take
 #: much longer to start Python, import numpy and map the file.
 READY_TIMEOUT = 120.0
+#: Environment variable the launcher reads: seconds between ``: ping`` comments.
+PING_ENV = "STREAMFIX_LLAMA_PING_INTERVAL"
 #: Lines of the server's log quoted in an error.
 LOG_TAIL_LINES = 30
 
@@ -129,6 +131,8 @@ class LocalServer:
         ready_timeout: float = READY_TIMEOUT,
         extra_args: tuple[str, ...] = (),
         extra_bufts: bool = False,
+        ping_interval: float | None = None,
+        model_alias: str | None = "smollm2",
     ) -> None:
         self.model = Path(model) if model is not None else None
         self.host = host
@@ -139,6 +143,12 @@ class LocalServer:
         self.extra_args = extra_args
         #: Let llama.cpp use extra buffer types (AMX, repacking); see the module doc.
         self.extra_bufts = extra_bufts
+        #: Seconds between the server's ``: ping`` comments (sse-starlette's
+        #: default is 15); set through the launcher, so tests can see real pings
+        #: without waiting 15 s. Needs ``extra_bufts=False`` (the launcher).
+        self.ping_interval = ping_interval
+        #: The model id in ``/v1/models`` and replies (default: the file path).
+        self.model_alias = model_alias
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
         self._log: IO[bytes] | None = None
@@ -165,6 +175,7 @@ class LocalServer:
             "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads),
             "--interrupt_requests", "false",
+            *(("--model_alias", self.model_alias) if self.model_alias else ()),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -186,9 +197,18 @@ class LocalServer:
         os.close(fd)
         self.log_path = Path(name)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ)
+        if self.ping_interval is not None:
+            if self.extra_bufts:
+                raise LocalServerError("ping_interval needs the launcher (extra_bufts=False)")
+            env[PING_ENV] = str(self.ping_interval)
         began = time.monotonic()
         self.process = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
         try:
             self._wait_ready(began)
@@ -261,7 +281,8 @@ class LocalServer:
 
 
 def _serve_without_extra_bufts(argv: list[str]) -> None:
-    """Run ``llama_cpp.server`` with ``use_extra_bufts = false`` (see the module doc)."""
+    """Run ``llama_cpp.server`` with ``use_extra_bufts = false`` (see the module
+    doc) and, when ``PING_ENV`` is set, that ping interval."""
     lib: Any = importlib.import_module("llama_cpp.llama_cpp")
     default_params = lib.llama_model_default_params
 
@@ -272,6 +293,10 @@ def _serve_without_extra_bufts(argv: list[str]) -> None:
 
     # llama_cpp.Llama looks the function up on this module at each call.
     lib.llama_model_default_params = params
+    ping = os.environ.get(PING_ENV)
+    if ping:
+        sse: Any = importlib.import_module("sse_starlette.sse")
+        sse.EventSourceResponse.DEFAULT_PING_INTERVAL = float(ping)
     sys.argv = ["llama_cpp.server", *argv]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 
