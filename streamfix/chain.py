@@ -15,6 +15,7 @@ loops.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -42,6 +43,9 @@ class _Marker:
 PASS: Final = _Marker("PASS")
 KEEPALIVE: Final = _Marker("KEEPALIVE")
 Out = _Marker | dict[str, Any]
+#: The answer for an unchanged chunk, shared (never mutated) to spare an
+#: allocation per chunk.
+PASS_ONLY: Final[list[Out]] = [PASS]
 
 _OWNED_DELTA_KEYS = frozenset(
     {"content", "reasoning_content", "reasoning", "tool_calls", "function_call"}
@@ -69,18 +73,25 @@ def build_pipeline(ctx: Context) -> list[Transform]:
 class _Choice:
     """State of one choice index."""
 
-    __slots__ = ("cut", "done", "n_calls", "reasoning_key", "saw_output", "steps")
+    __slots__ = ("cut", "done", "lane", "n_calls", "reasoning_key", "saw_output", "steps")
 
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
+        #: The plain-text lane: each step's ``feed_text``, when every step
+        #: has one (see ``delta.TextLane``); else None and every delta
+        #: takes the full path.
+        lane = [getattr(step, "feed_text", None) for step in self.steps]
+        self.lane: list[Callable[[str], bool]] | None = (
+            [f for f in lane if f is not None] if all(f is not None for f in lane) else None
+        )
         self.done = False
         self.cut = False
         self.n_calls = 0  # calls emitted so far: the next call's index
         self.reasoning_key = "reasoning_content"
         self.saw_output = False  # any text or call reached the client
 
-    def run(self, d: Delta, closing: bool) -> None:
-        for step in self.steps:
+    def run(self, d: Delta, closing: bool, start: int = 0) -> None:
+        for step in self.steps if not start else self.steps[start:]:
             if closing:
                 step.close(d)
             else:
@@ -114,11 +125,9 @@ class Chain:
         #: end of stream (its id, model, created…).
         self._template: dict[str, Any] | None = None
         self._template_src: bytes | dict[str, Any] | None = None
-
-    @property
-    def stopped(self) -> bool:
-        """True once every choice ended by a cut: stop reading upstream."""
-        return bool(self._choices) and all(c.cut for c in self._choices.values())
+        self._template_of: bytes | dict[str, Any] | None = None
+        #: True once every choice ended by a cut: stop reading upstream.
+        self.stopped = False
 
     @property
     def output_started(self) -> bool:
@@ -144,50 +153,95 @@ class Chain:
         """One chunk in; what to send on out (see module docstring)."""
         choices = view.choices
         if not choices or view.error is not None:
-            return [PASS]
+            return PASS_ONLY
         self._template_src = original
-        self._template = None
-        results: list[tuple[ChoiceView, Delta | None]] = []
-        changed = finished = False
-        for ch in choices:
-            st = self._choice(ch.index)
-            if st.done:
-                if st.cut:
-                    changed = True  # after a cut, the choice says no more
-                    results.append((ch, None))
-                else:
-                    results.append((ch, _NO_CHANGE))
-                continue
+        if len(choices) == 1:
+            # The common case, kept short: one choice, and most often
+            # nothing to change.
+            ch = choices[0]
             dv = ch.delta
-            d = delta_in(dv, ch.finish_reason)
-            if dv is not None and dv.reasoning is not None and dv.reasoning_content is None:
-                st.reasoning_key = "reasoning"
-            content0, reasoning0 = d.content, d.reasoning
-            fragments0 = d.fragments
-            st.run(d, ch.finish_reason is not None)
-            if st.done:
-                finished = True
             if (
-                d.content is not content0
-                or d.reasoning is not reasoning0
-                or d.fragments is not fragments0
-                or d.calls
-                or d.finish_reason != ch.finish_reason
-                or d.ext
+                ch.finish_reason is None
+                and dv is not None
+                and dv.content is not None
+                and dv.tool_calls is None
+                and dv.reasoning_content is None
+                and dv.reasoning is None
             ):
-                changed = True
-            if d.content or d.calls or d.reasoning:
-                st.saw_output = True
-            results.append((ch, d))
-        if finished:
-            self._check_empty()
-        if not changed:
-            return [PASS]
+                st = self._choices.get(ch.index)
+                if st is not None and st.lane is not None and not st.done:
+                    content = dv.content
+                    for i, accepts in enumerate(st.lane):
+                        if not accepts(content):
+                            break
+                    else:
+                        if content:
+                            st.saw_output = True
+                        return PASS_ONLY
+                    d, changed = self._feed_choice(ch, start=i)
+                else:
+                    d, changed = self._feed_choice(ch)
+            else:
+                d, changed = self._feed_choice(ch)
+            if not changed:
+                return PASS_ONLY
+            results: list[tuple[ChoiceView, Delta | None]] = [(ch, d)]
+        else:
+            results = []
+            changed = False
+            for ch in choices:
+                d, ch_changed = self._feed_choice(ch)
+                changed = changed or ch_changed
+                results.append((ch, d))
+            if not changed:
+                return PASS_ONLY
         obj = self._original_obj(original)
         out = self._rebuild(obj, results)
         if not out and self.ctx.options.keepalive:
             return [KEEPALIVE]
         return out
+
+    def _feed_choice(self, ch: ChoiceView, start: int = 0) -> tuple[Delta | None, bool]:
+        """Run one choice's delta through its pipeline (from step ``start``:
+        the steps before it took the text on the plain-text lane). Returns
+        the delta (``_NO_CHANGE`` to send the original, None to send
+        nothing) and whether anything changed."""
+        st = self._choices.get(ch.index)
+        if st is None:
+            st = self._choice(ch.index)
+        elif st.done:
+            # After a cut the choice says no more; after a normal finish,
+            # whatever else the upstream sends for it goes on untouched.
+            return (None, True) if st.cut else (_NO_CHANGE, False)
+        dv = ch.delta
+        finish = ch.finish_reason
+        if dv is None:
+            d = Delta(finish_reason=finish)
+            content0 = reasoning0 = fragments0 = None
+        else:
+            content0 = dv.content
+            reasoning0 = dv.reasoning_content
+            if reasoning0 is None and dv.reasoning is not None:
+                reasoning0 = dv.reasoning
+                st.reasoning_key = "reasoning"
+            fragments0 = dv.tool_calls or None
+            d = Delta(content0, reasoning0, fragments0, finish)
+        st.run(d, finish is not None, start)
+        if d.content or d.calls or d.reasoning:
+            st.saw_output = True
+        if st.done:
+            if st.cut:
+                self.stopped = all(c.cut for c in self._choices.values())
+            self._check_empty()
+        changed = (
+            d.content is not content0
+            or d.reasoning is not reasoning0
+            or d.fragments is not fragments0
+            or bool(d.calls)
+            or d.finish_reason != finish
+            or bool(d.ext)
+        )
+        return d, changed
 
     def close(self) -> list[Out]:
         """End of stream (``[DONE]`` or the connection closed): resolve
@@ -286,11 +340,14 @@ class Chain:
         return obj
 
     def _template_obj(self) -> dict[str, Any]:
-        if self._template is None:
-            src = self._template_src
-            self._template = (
-                self._original_obj(src) if src is not None else {"object": "chat.completion.chunk"}
-            )
+        """The last chunk seen, decoded (once), as the model for chunks we
+        create at end of stream (its id, model, created…)."""
+        src = self._template_src
+        if src is None:
+            return {"object": "chat.completion.chunk"}
+        if self._template is None or self._template_of is not src:
+            self._template = self._original_obj(src)
+            self._template_of = src
         return self._template
 
     def _rebuild(

@@ -61,6 +61,7 @@ class ChunkView(msgspec.Struct):
 
 
 _decoder = msgspec.json.Decoder(ChunkView)
+_decode = _decoder.decode
 
 
 def decode_view(payload: bytes) -> ChunkView:
@@ -71,7 +72,7 @@ def decode_view(payload: bytes) -> ChunkView:
     to a loose read of the same fields, since servers do send such things.
     """
     try:
-        return _decoder.decode(payload)
+        return _decode(payload)
     except msgspec.ValidationError:
         try:
             obj = orjson.loads(payload)

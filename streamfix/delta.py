@@ -33,23 +33,54 @@ class ToolCall:
     source: str = "structured"
 
 
-@dataclass(slots=True)
 class Delta:
-    content: str | None = None
-    reasoning: str | None = None
-    #: Structured tool-call fragments from the upstream (the accumulator's input).
-    fragments: list[ToolCallDelta] | None = None
-    #: Complete calls to emit, in order (the accumulator's and detector's output).
-    calls: list[ToolCall] | None = None
-    finish_reason: str | None = None
-    #: Our extension field on the choice, e.g. ``{"cut": "repetition", "period": 7}``.
-    ext: dict[str, Any] | None = None
-    #: Argument text that arrived in this delta, per upstream call index:
-    #: the accumulator fills it so the repetition cutter can watch it.
-    arg_text: list[tuple[int, str]] | None = None
-    #: Set by a transformer that ends the turn here (a loop cut): the
-    #: transformers after it are closed, the ones before it abandoned.
-    stop: bool = False
+    """One choice's owned fields of one chunk (see module docstring).
+
+    A plain class with slots rather than a dataclass: one is made per chunk
+    per choice on the hot path, and this ``__init__`` is the cheapest.
+    """
+
+    __slots__ = (
+        "arg_text",
+        "calls",
+        "content",
+        "ext",
+        "finish_reason",
+        "fragments",
+        "reasoning",
+        "stop",
+    )
+
+    def __init__(
+        self,
+        content: str | None = None,
+        reasoning: str | None = None,
+        fragments: list[ToolCallDelta] | None = None,
+        finish_reason: str | None = None,
+        calls: list[ToolCall] | None = None,
+        ext: dict[str, Any] | None = None,
+        arg_text: list[tuple[int, str]] | None = None,
+        stop: bool = False,
+    ) -> None:
+        self.content = content
+        self.reasoning = reasoning
+        #: Structured tool-call fragments from the upstream (the accumulator's input).
+        self.fragments = fragments
+        self.finish_reason = finish_reason
+        #: Complete calls to emit, in order (the accumulator's and detector's output).
+        self.calls = calls
+        #: Our extension field on the choice, e.g. ``{"cut": "repetition", "period": 7}``.
+        self.ext = ext
+        #: Argument text that arrived in this delta, per upstream call index:
+        #: the accumulator fills it so the repetition cutter can watch it.
+        self.arg_text = arg_text
+        #: Set by a transformer that ends the turn here (a loop cut): the
+        #: transformers after it are closed, the ones before it abandoned.
+        self.stop = stop
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if getattr(self, k))
+        return f"Delta({fields})"
 
     def add_call(self, call: ToolCall) -> None:
         if self.calls is None:
@@ -71,3 +102,19 @@ class Transform(Protocol):
     def feed(self, d: Delta) -> None: ...
 
     def close(self, d: Delta) -> None: ...
+
+
+class TextLane(Protocol):
+    """The optional fast lane of a Transform, for the common delta that
+    carries only content (no finish, no reasoning, no tool calls).
+
+    ``feed_text(text)`` returns True when the transformer would pass this
+    content through unchanged, having taken it into its state exactly as
+    ``feed`` would have. It returns False, *having changed nothing*, when it
+    would hold, rewrite or cut: the chain then calls ``feed`` with a Delta.
+    A chunk on which every step returns True is forwarded as the upstream's
+    own bytes without a Delta ever being made. A pipeline in which any step
+    lacks ``feed_text`` always takes the full path (correct, slower).
+    """
+
+    def feed_text(self, text: str) -> bool: ...

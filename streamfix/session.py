@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from .chain import KEEPALIVE, PASS, Chain, Out
+from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
 from .chunks import decode_view
 from .context import Context, Report
 from .errors import UpstreamProtocolError
@@ -58,7 +58,29 @@ class SSESession:
         """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
         if self.finished:
             return b""
+        if (
+            self._decoder.idle
+            and data.startswith(b"data: {")
+            and data.find(b"\n", 7) == len(data) - 2
+            and data[-1] == 10  # LF
+            and data.find(b"\r", 7) < 0
+        ):
+            # The fast path: this read is exactly one single-line JSON
+            # event (what token-by-token servers send). Same result as the
+            # general path below, minus the framing work.
+            payload = data[6:-2]
+            outs = self.chain.feed(decode_view(payload), payload)
+            if outs is PASS_ONLY:
+                return data
+            out = self._encode(outs, data)
+            if self.chain.stopped:
+                out += self._stop()
+            return out
         return self._events(self._decoder.feed(data))
+
+    def _stop(self) -> bytes:
+        self.finished = True
+        return self._encode(self.chain.close(), b"") + DONE_EVENT
 
     def close(self) -> bytes:
         """The upstream ended. Flushes what is held. Adds no ``[DONE]`` the
@@ -105,14 +127,12 @@ class SSESession:
                 self.finished = True
                 continue
             outs = chain.feed(decode_view(data), data)
-            if len(outs) == 1 and outs[0] is PASS:
+            if outs is PASS_ONLY:
                 out.append(ev.raw)
             else:
                 out.append(self._encode(outs, ev.raw))
             if chain.stopped:
-                out.append(self._encode(chain.close(), b""))
-                out.append(DONE_EVENT)
-                self.finished = True
+                out.append(self._stop())
         return b"".join(out)
 
     @staticmethod

@@ -54,7 +54,7 @@ class SSEEvent:
 class SSEDecoder:
     """Incremental SSE decoder: ``feed(bytes) -> list[SSEEvent]``, ``close()``."""
 
-    __slots__ = ("_buf", "_general", "_max", "_started")
+    __slots__ = ("_buf", "_general", "_max", "_started", "idle")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
@@ -63,6 +63,9 @@ class SSEDecoder:
         # exact, and every later event goes through the general parser.
         self._general = False
         self._max = max_event_bytes
+        #: Nothing buffered, past the stream's start, LF-only so far: the
+        #: next read begins a fresh event (the session's fast path).
+        self.idle = False
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         buf = self._buf + data if self._buf else data
@@ -76,6 +79,7 @@ class SSEDecoder:
         if not self._general and b"\r" in data:
             self._general = True
         events = self._parse_general(buf) if self._general else self._parse_lf(buf)
+        self.idle = not self._buf and not self._general
         if len(self._buf) > self._max:
             size = len(self._buf)
             self._buf = b""

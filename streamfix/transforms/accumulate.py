@@ -73,6 +73,10 @@ class Accumulator:
         if arg_text:
             d.arg_text = arg_text
 
+    def feed_text(self, text: str) -> bool:
+        """Content alone never concerns the accumulator (``TextLane``)."""
+        return True
+
     def _route(self, f: ToolCallDelta) -> tuple[int, _Pending]:
         if f.index is not None:
             call = self._calls.get(f.index)

@@ -1,0 +1,197 @@
+"""In-process cost of the chain, as ratios measured in one run.
+
+    python -m bench.chain [--chunks 20000] [--repeat 5] [--json FILE]
+
+1. Plain text, no tools: ``fix_sse`` per chunk against a bare
+   ``orjson.loads`` + ``orjson.dumps`` of each chunk in the same async loop
+   (what a naive decode/re-encode proxy would do). Target: ratio <= 1.0.
+2. Plain text with ``tools`` declared (the detector and the other
+   tool-aware transformers in the chain): target ratio <= 1.5.
+3. A text tool call whose arguments arrive in 2,000 chunks against one in
+   20,000: per-chunk cost must stay flat (ratio <= 1.1), i.e. O(delta).
+
+Each case takes the best of ``--repeat`` runs (the least disturbed by the
+rest of the machine); ratios compare runs made moments apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+import streamfix
+
+WORDS = (
+    "The quick brown fox jumps over the lazy dog while a model streams its answer "
+    "token by token and the proxy must not add latency to any of them"
+).split()
+
+TOOLS_REQUEST: dict[str, Any] = {
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {"name": "lookup_order", "parameters": {"type": "object"}},
+        },
+    ]
+}
+
+
+def frame(content: str | None, *, role: str | None = None, finish: str | None = None) -> bytes:
+    """A chunk shaped like llama.cpp's (id, model, created, logprobs…)."""
+    delta: dict[str, Any] = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    obj = {
+        "id": "chatcmpl-91b2b01f-98a0-48bb-8525-a07ca0dc71bd",
+        "model": "smollm2",
+        "created": 1796012909,
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def plain_stream(n: int) -> list[bytes]:
+    """One network read per chunk, as a token-by-token server sends them.
+    Natural text in tokens with spaces (no loop: words vary by position)."""
+    reads = [frame("", role="assistant")]
+    for i in range(n):
+        w = WORDS[i % len(WORDS)]
+        reads.append(frame((" " if i else "") + (w if i % 7 else w + str(i))))
+    reads.append(frame(None, finish="stop"))
+    reads.append(b"data: [DONE]\n\n")
+    return reads
+
+
+def tool_call_stream(n: int) -> list[bytes]:
+    """``<tool_call>{"name": "write_file", "arguments": {"path": …, "text": "…"}}</tool_call>``
+    with the text argument arriving in ``n`` chunks."""
+    pieces = [
+        "<tool",
+        "_call",
+        ">",
+        '{"name": "write_file", "arguments": {"path": "a.txt", "text": "',
+    ]
+    pieces += [WORDS[i % len(WORDS)] + str(i) + " " for i in range(n)]
+    pieces += ['"}}', "</tool_call>"]
+    reads = [frame("", role="assistant")] + [frame(p) for p in pieces]
+    reads.append(frame(None, finish="stop"))
+    reads.append(b"data: [DONE]\n\n")
+    return reads
+
+
+async def _source(reads: list[bytes]) -> AsyncIterator[bytes]:
+    for r in reads:
+        yield r
+
+
+async def bare(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The baseline: decode and re-encode every chunk."""
+    async for raw in source:
+        if raw.startswith(b"data: {"):
+            obj = orjson.loads(raw[6:-2])
+            yield b"data: " + orjson.dumps(obj) + b"\n\n"
+        else:
+            yield raw
+
+
+Pipe = Callable[[list[bytes]], AsyncIterator[bytes]]
+
+
+async def _consume(gen: AsyncIterator[bytes]) -> int:
+    n = 0
+    async for b in gen:
+        n += len(b)
+    return n
+
+
+def timed(make: Pipe, reads: list[bytes], repeat: int) -> float:
+    """Best wall time of ``repeat`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        loop = asyncio.new_event_loop()
+        try:
+            t0 = time.perf_counter()
+            loop.run_until_complete(_consume(make(reads)))
+            best = min(best, time.perf_counter() - t0)
+        finally:
+            loop.close()
+    return best
+
+
+def run(chunks: int, repeat: int) -> dict[str, Any]:
+    plain = plain_stream(chunks)
+    n = len(plain)
+    results: dict[str, Any] = {"chunks": chunks}
+
+    t_bare = timed(lambda r: bare(_source(r)), plain, repeat)
+    t_plain = timed(lambda r: streamfix.fix_sse(_source(r)), plain, repeat)
+    t_tools = timed(lambda r: streamfix.fix_sse(_source(r), TOOLS_REQUEST), plain, repeat)
+    results["bare_us_per_chunk"] = t_bare / n * 1e6
+    results["plain_us_per_chunk"] = t_plain / n * 1e6
+    results["tools_us_per_chunk"] = t_tools / n * 1e6
+    results["plain_ratio"] = t_plain / t_bare
+    results["tools_ratio"] = t_tools / t_bare
+
+    small, large = tool_call_stream(2_000), tool_call_stream(20_000)
+    t_small = timed(lambda r: streamfix.fix_sse(_source(r), TOOLS_REQUEST), small, repeat)
+    t_large = timed(
+        lambda r: streamfix.fix_sse(_source(r), TOOLS_REQUEST), large, max(1, repeat // 2)
+    )
+    results["call_2k_us_per_chunk"] = t_small / len(small) * 1e6
+    results["call_20k_us_per_chunk"] = t_large / len(large) * 1e6
+    results["call_flatness_ratio"] = (
+        results["call_20k_us_per_chunk"] / results["call_2k_us_per_chunk"]
+    )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--chunks", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args(argv)
+    r = run(args.chunks, args.repeat)
+    print(f"chain cost over {args.chunks} plain-text chunks (best of {args.repeat})")
+    print(f"  bare orjson loads+dumps   {r['bare_us_per_chunk']:7.2f} us/chunk")
+    print(
+        f"  fix_sse, no tools         {r['plain_us_per_chunk']:7.2f} us/chunk   ratio {r['plain_ratio']:.2f}  (target <= 1.0)"
+    )
+    print(
+        f"  fix_sse, tools declared   {r['tools_us_per_chunk']:7.2f} us/chunk   ratio {r['tools_ratio']:.2f}  (target <= 1.5)"
+    )
+    print("text tool call, per chunk")
+    print(f"  2,000 argument chunks     {r['call_2k_us_per_chunk']:7.2f} us/chunk")
+    print(
+        f"  20,000 argument chunks    {r['call_20k_us_per_chunk']:7.2f} us/chunk   ratio {r['call_flatness_ratio']:.2f}  (target <= 1.1)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
