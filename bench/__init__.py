@@ -1,1 +1,1 @@
-"""streamfix benchmarks: ``python -m bench.chain``, ``python -m bench.proxy``, ``python -m bench``."""
+"""streamfix benchmarks: see ``bench/README.md``."""

@@ -28,10 +28,10 @@ import orjson
 
 import streamfix
 
-WORDS = (
-    "The quick brown fox jumps over the lazy dog while a model streams its answer "
-    "token by token and the proxy must not add latency to any of them"
-).split()
+WORDS = [
+    *"The quick brown fox jumps over the lazy dog while a model streams its answer".split(),
+    *"token by token and the proxy must not add latency to any of them".split(),
+]
 
 TOOLS_REQUEST: dict[str, Any] = {
     "tools": [

@@ -171,7 +171,7 @@ class Chain:
                 st = self._choices.get(ch.index)
                 if st is not None and st.lane is not None and not st.done:
                     content = dv.content
-                    for i, accepts in enumerate(st.lane):
+                    for i, accepts in enumerate(st.lane):  # noqa: B007 (i is used after a break)
                         if not accepts(content):
                             break
                     else:
