@@ -510,10 +510,11 @@ class Proxy:
     def _reask_reason(self, att: _Attempt, report: Report, calls: int) -> str | None:
         if att.reasks >= self.cfg.max_reasks:
             return None
-        if report.empty_after_repair and "empty" not in att.done:
-            return "empty"
+        # a cut-off call also leaves the reply empty: the specific reason first
         if report.truncated_call and "truncated_call" not in att.done:
             return "truncated_call"
+        if report.empty_after_repair and "empty" not in att.done:
+            return "empty"
         if att.soft and calls == 0 and "required" not in att.done:
             return "required"
         return None
