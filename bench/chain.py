@@ -29,8 +29,35 @@ import orjson
 import streamfix
 
 WORDS = [
-    *"The quick brown fox jumps over the lazy dog while a model streams its answer".split(),
-    *"token by token and the proxy must not add latency to any of them".split(),
+    "The",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "a",
+    "model",
+    "streams",
+    "its",
+    "answer",
+    "token",
+    "by",
+    "token",
+    "and",
+    "the",
+    "proxy",
+    "must",
+    "not",
+    "add",
+    "latency",
+    "to",
+    "any",
+    "of",
+    "them",
 ]
 
 TOOLS_REQUEST: dict[str, Any] = {
@@ -174,19 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     r = run(args.chunks, args.repeat)
+    row = "  {:<24s}{:7.2f} us/chunk   ratio {:.2f}  (target <= {})"
     print(f"chain cost over {args.chunks} plain-text chunks (best of {args.repeat})")
-    print(f"  bare orjson loads+dumps   {r['bare_us_per_chunk']:7.2f} us/chunk")
-    print(
-        f"  fix_sse, no tools         {r['plain_us_per_chunk']:7.2f} us/chunk   ratio {r['plain_ratio']:.2f}  (target <= 1.0)"
-    )
-    print(
-        f"  fix_sse, tools declared   {r['tools_us_per_chunk']:7.2f} us/chunk   ratio {r['tools_ratio']:.2f}  (target <= 1.5)"
-    )
+    print(f"  {'bare orjson loads+dumps':<24s}{r['bare_us_per_chunk']:7.2f} us/chunk")
+    print(row.format("fix_sse, no tools", r["plain_us_per_chunk"], r["plain_ratio"], "1.0"))
+    print(row.format("fix_sse, tools declared", r["tools_us_per_chunk"], r["tools_ratio"], "1.5"))
     print("text tool call, per chunk")
-    print(f"  2,000 argument chunks     {r['call_2k_us_per_chunk']:7.2f} us/chunk")
-    print(
-        f"  20,000 argument chunks    {r['call_20k_us_per_chunk']:7.2f} us/chunk   ratio {r['call_flatness_ratio']:.2f}  (target <= 1.1)"
-    )
+    print(f"  {'2,000 argument chunks':<24s}{r['call_2k_us_per_chunk']:7.2f} us/chunk")
+    flat = r["call_flatness_ratio"]
+    print(row.format("20,000 argument chunks", r["call_20k_us_per_chunk"], flat, "1.1"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)
