@@ -261,12 +261,18 @@ class Chain:
         return self._rebuild(template, results, synthetic=True)
 
     def _check_empty(self) -> None:
-        if (
-            self.ctx.has_tools
-            and self._choices
-            and all(st.done and not st.saw_output and not st.cut for st in self._choices.values())
-        ):
-            self.report.empty_after_repair = True
+        """Every choice ended with no call and no text but whitespace (as
+        the residue stripper, when present, let it through): "empty after
+        repair", so the proxy can ask again. A cut is not empty."""
+        if not self.ctx.has_tools or not self._choices:
+            return
+        for st in self._choices.values():
+            if not st.done or st.cut:
+                return
+            strippers = [s for s in st.steps if isinstance(s, ResidueStripper)]
+            if strippers[0].saw_output if strippers else st.saw_output:
+                return
+        self.report.empty_after_repair = True
 
     # -- non-streaming -----------------------------------------------------
 

@@ -224,13 +224,33 @@ class _Channel:
 class RepetitionCutter:
     """Cuts exact loops in content, reasoning and arguments (module doc)."""
 
-    __slots__ = ("_args", "_content", "_reasoning", "ctx")
+    __slots__ = ("_args", "_content", "_lane_hit", "_reasoning", "ctx")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._content = _Channel()
         self._reasoning = _Channel()
         self._args: dict[int, _Channel] = {}
+        #: A loop found on the plain-text lane, for the ``feed`` that follows.
+        self._lane_hit: tuple[str, tuple[int, int]] | None = None
+
+    def feed_text(self, text: str) -> bool:
+        """The plain-text lane (``delta.TextLane``): True unless ``text``
+        completes a loop. Then the verdict is kept for the ``feed`` the
+        chain makes next with the same text (``_lane_hit``), so the text
+        is taken into the channel once, as ``feed`` would have."""
+        if not text:
+            return True
+        ch = self._content
+        if ch.total + len(text) < ch.next_check:  # no check due: just append
+            ch.new.append(text)
+            ch.total += len(text)
+            return True
+        hit = ch.feed(text)
+        if hit is None:
+            return True
+        self._lane_hit = (text, hit)
+        return False
 
     def feed(self, d: Delta) -> None:
         r = d.reasoning
@@ -240,6 +260,12 @@ class RepetitionCutter:
                 d.reasoning = r[: hit[1]]
                 return self._cut(d, hit[0])
         c = d.content
+        lane = self._lane_hit
+        if lane is not None:
+            self._lane_hit = None
+            if c is lane[0]:
+                d.content = c[: lane[1][1]]
+                return self._cut(d, lane[1][0])
         if c:
             hit = self._content.feed(c)
             if hit is not None:

@@ -1,19 +1,290 @@
-"""Placeholder: passes every delta through unchanged (filled in by its issue)."""
+"""Residue stripper: the backstop that keeps raw call syntax from users.
+
+Runs last, after the tool-tag detector (parse before stripping: the
+detector has already lifted every call it could), and only when the
+request offered tools: a reply to a request without tools is never
+rewritten. It removes from ``content`` only what is unmistakably markup:
+
+- **special tokens** of the model families, leaked by a server that does
+  not skip them: any ``<|…|>`` token (ChatML ``<|im_end|>``, Llama 3
+  ``<|eot_id|>`` / ``<|python_tag|>``, Phi ``<|end|>``, harmony
+  ``<|channel|>`` / ``<|call|>``, Kimi ``<|tool_calls_section_begin|>``,
+  GLM ``<|observation|>``…, up to ``MAX_TOKEN`` characters, no spaces),
+  DeepSeek's fullwidth ``<｜…｜>`` tokens, Mistral's ``[TOOL_CALLS]``,
+  ``[ARGS]``, ``[CALL_ID]``…, Gemma's ``<end_of_turn>``, and an unmatched
+  ``</s>``;
+- **unmatched wrapper tags**: a closing ``</tool_call>``, ``</function>``…
+  with no opening tag before it in the reply, and an opening one with
+  nothing but whitespace after it at the end of the reply;
+- **empty fences** left behind by a lifted call: a ```` ``` ```` /
+  ```` ```json ```` fence with only whitespace inside.
+
+Never ordinary prose or code: nothing inside a fenced code block is
+touched, a token right after a backtick (an inline-code mention) is kept,
+and a tag that is not a known wrapper (``<div>``) is just text.
+
+Incremental and split-invariant: ``<|im_`` + ``end|>`` is still stripped.
+Only a bounded suffix that could still become a pattern is held back
+(``MAX_TOKEN``), plus, while undecided, an opening fence or wrapper tag
+followed by whitespace (``MAX_PENDING``); all of it is resolved at close.
+Plain text with no ``<``, ``[`` or backtick passes as the same object.
+
+Every strip is counted as ``stripped.<kind>`` (``special_token``,
+``wrapper_tag``, ``empty_fence``). ``saw_output`` (any non-blank text or
+call) lets the chain report a reply left empty as "empty after repair".
+"""
 
 from __future__ import annotations
+
+import re
+from typing import Final
 
 from ..context import Context
 from ..delta import Delta
 
+#: Longest special token body (``<|reserved_special_token_250|>`` is 27).
+MAX_TOKEN: Final = 64
+#: Longest undecided region held: an opening fence and its info string,
+#: or an opening wrapper tag, followed by whitespace. Past it, the region is
+#: treated as the start of real content and released.
+MAX_PENDING: Final = 256
+
+#: Closing/opening tags that only ever wrap calls (Hermes/Qwen
+#: ``<tool_call>``, Qwen3-Coder ``<function=…>``/``<parameter=…>``, Llama
+#: ``<function=…>``, xLAM/others ``<tool_calls>``, ``<function_call>``,
+#: ``<tools>``, ``<tool_response>``) and ``s`` (``</s>``, the EOS token).
+WRAPPERS: Final = frozenset(
+    {
+        "tool_call",
+        "tool_calls",
+        "function_call",
+        "function_calls",
+        "functions",
+        "tools",
+        "function",
+        "parameter",
+        "tool_response",
+        "tool_use",
+        "s",
+    }
+)
+#: Bracketed control tokens of Mistral's tokenizers (v3+, tekken).
+BRACKET_TOKENS: Final = frozenset(
+    {
+        "TOOL_CALLS",
+        "ARGS",
+        "CALL_ID",
+        "TOOL_RESULTS",
+        "/TOOL_RESULTS",
+        "TOOL_CONTENT",
+        "AVAILABLE_TOOLS",
+        "/AVAILABLE_TOOLS",
+        "INST",
+        "/INST",
+        "SYSTEM_PROMPT",
+        "/SYSTEM_PROMPT",
+    }
+)
+#: Bare-word special tokens (Gemma).
+NAMED_TOKENS: Final = frozenset({"end_of_turn", "start_of_turn"})
+
+_CAND = re.compile(
+    r"<\|[^\s|<>]{1,%d}\|>" % MAX_TOKEN
+    + r"|<｜[^\s｜<>]{1,%d}｜>" % MAX_TOKEN
+    + r"|\[(/?[A-Z_]{2,24})\]"
+    + r"|<(/?)([a-z_]{1,16})(?:=[^<>\n]{1,%d})?>" % MAX_TOKEN
+    + r"|`{3,}"
+)
+#: A suffix that could still grow into a candidate (held back).
+_PARTIAL = re.compile(
+    r"<(?:\|[^\s|<>]{0,%d}\|?|｜[^\s｜<>]{0,%d}｜?|/?[a-z_]{0,16}(?:=[^<>\n]{0,%d})?)?\Z"
+    % (MAX_TOKEN, MAX_TOKEN, MAX_TOKEN)
+    + r"|\[/?[A-Z_]{0,24}\Z"
+    + r"|`{1,2}\Z"
+)
+_TRIGGER = re.compile(r"[<\[`]")
+_NON_WS = re.compile(r"\S")
+
 
 class ResidueStripper:
-    __slots__ = ("ctx",)
+    """Strips leftover markup from content (see module doc)."""
+
+    __slots__ = ("_held", "_in_fence", "_last", "_line_head", "_opened", "ctx", "saw_output")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._held = ""  # text not yet released; starts at an undecided spot
+        self._in_fence = False  # inside a fenced code block
+        self._line_head = True  # only blanks since the last newline
+        self._last = ""  # the last character released
+        self._opened: dict[str, int] = {}  # wrapper tags opened and kept
+        #: A non-blank character or a call reached the client.
+        self.saw_output = False
+
+    def feed_text(self, text: str) -> bool:
+        """The plain-text lane (``delta.TextLane``): True, with the text
+        taken in, when it cannot concern us (nothing held, no ``<``, ``[``
+        or backtick); else False, having changed nothing."""
+        if self._held or _TRIGGER.search(text) is not None:
+            return False
+        self._released(text)
+        return True
 
     def feed(self, d: Delta) -> None:
-        return None
+        self._run(d, False)
 
     def close(self, d: Delta) -> None:
-        return None
+        self._run(d, True)
+
+    def _run(self, d: Delta, final: bool) -> None:
+        if d.calls:
+            self.saw_output = True
+        c = d.content
+        if not self._held and (not c or _TRIGGER.search(c) is None):
+            if c:
+                self._released(c)
+            return
+        out = self._scan(self._held + (c or ""), final)
+        self._released(out)
+        if out or c is not None:
+            d.content = out
+
+    def _released(self, text: str) -> None:
+        if not text:
+            return
+        if not self.saw_output and not text.isspace():
+            self.saw_output = True
+        nl = text.rfind("\n")
+        rest = text[nl + 1 :]
+        blank = not rest.strip(" \t")
+        self._line_head = blank if nl >= 0 else self._line_head and blank
+        self._last = text[-1]
+
+    def _count(self, kind: str) -> None:
+        self.ctx.report.count("stripped." + kind)
+
+    def _scan(self, text: str, final: bool) -> str:
+        out: list[str] = []
+        pos = 0  # text[:pos] is decided (released or stripped)
+        self._held = ""
+        for m in _CAND.finditer(text):
+            i = m.start()
+            if i < pos:
+                continue  # inside a region already decided
+            g = m.group()
+            if g[0] == "`":
+                if not self._fence_at_line_head(text, i):
+                    continue
+                if self._in_fence:
+                    self._in_fence = False
+                    continue
+                verdict = self._opening_fence(text, m.end(), final)
+                if verdict is None:  # undecided: hold from the line's start
+                    start = text.rfind("\n", pos, i) + 1 or pos
+                    out.append(text[pos:start])
+                    self._held = text[start:]
+                    return "".join(out)
+                if verdict < 0:  # a real code block
+                    self._in_fence = True
+                    continue
+                start = text.rfind("\n", pos, i) + 1 or pos
+                out.append(text[pos:start])
+                pos = verdict
+                self._count("empty_fence")
+                continue
+            if self._in_fence or (text[i - 1] if i else self._last) == "`":
+                continue
+            kind = self._kind(m)
+            if kind is None:
+                continue
+            if kind == "open":
+                after = _NON_WS.search(text, m.end())
+                if after is not None or len(text) - i > MAX_PENDING:
+                    name = m.group(3)
+                    self._opened[name] = self._opened.get(name, 0) + 1
+                    continue
+                out.append(text[pos:i])
+                if final:  # an opening tag with nothing after it: debris
+                    self._count("special_token" if m.group(3) == "s" else "wrapper_tag")
+                    out.append(text[m.end() :])
+                    return "".join(out)
+                self._held = text[i:]
+                return "".join(out)
+            if kind == "close":
+                name = m.group(3)
+                n = self._opened.get(name, 0)
+                if n:
+                    self._opened[name] = n - 1
+                    continue
+                kind = "special_token" if name == "s" else "wrapper_tag"
+            out.append(text[pos:i])
+            pos = m.end()
+            self._count(kind)
+        if not final:
+            hold = self._partial_start(text, pos)
+            if hold < len(text):
+                self._held = text[hold:]
+                text = text[:hold]
+        out.append(text[pos:])
+        return "".join(out)
+
+    @staticmethod
+    def _kind(m: re.Match[str]) -> str | None:
+        """What a candidate match is: ``special_token``, ``open``,
+        ``close``, or None (ordinary text)."""
+        g = m.group()
+        if g[1] in "|｜":
+            return "special_token"
+        if g[0] == "[":
+            return "special_token" if m.group(1) in BRACKET_TOKENS else None
+        name = m.group(3)
+        if name in NAMED_TOKENS and not m.group(2) and "=" not in g:
+            return "special_token"
+        if name not in WRAPPERS:
+            return None
+        if m.group(2):
+            return "close" if "=" not in g else None
+        return "open"
+
+    def _fence_at_line_head(self, text: str, i: int) -> bool:
+        nl = text.rfind("\n", 0, i)
+        if text[nl + 1 : i].strip(" \t"):
+            return False
+        return nl >= 0 or self._line_head
+
+    def _opening_fence(self, text: str, end: int, final: bool) -> int | None:
+        """After an opening fence ending at ``end``: -1 for a real code
+        block, the end of an empty fence to strip, or None (undecided)."""
+        nl = text.find("\n", end)
+        if nl < 0:
+            if final or len(text) - end > MAX_TOKEN:
+                return -1
+            return None
+        k = _NON_WS.search(text, nl + 1)
+        if k is None:
+            if final:  # an opener with nothing after it
+                return len(text)
+            return None if len(text) - end <= MAX_PENDING else -1
+        j = k.start()
+        if text.startswith("```", j):
+            close = j + 3
+            while close < len(text) and text[close] == "`":
+                close += 1
+            return close
+        if text[j] == "`" and not final and len(text) - j < 3:
+            return None
+        return -1
+
+    @staticmethod
+    def _partial_start(text: str, pos: int) -> int:
+        """Where a held-back suffix starts (``len(text)`` when none)."""
+        lo = max(pos, len(text) - MAX_TOKEN - 4)
+        best = len(text)
+        for ch in "<[`":
+            i = text.rfind(ch, lo)
+            if i >= 0 and i < best and _PARTIAL.match(text, i) is not None:
+                best = i
+        if best < len(text) and text[best] == "`":
+            while best > pos and text[best - 1] == "`":
+                best -= 1
+        return best
