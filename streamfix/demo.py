@@ -1,0 +1,293 @@
+"""``streamfix demo``: a misbehaving upstream, side by side with streamfix.
+
+Starts, in this process and on loopback only, a scripted upstream that
+replays small-model failures (one scenario per ``model`` name), the proxy
+in front of it, and a client that asks each scenario twice: directly and
+through the proxy. It prints what the client assembles each way (the
+OpenAI SDK's merge rules: strings of a tool-call delta are concatenated by
+``index``). No model, no network, a second or two.
+
+The scenarios are scripted from real captures (``llama-cpp-python`` with
+SmolLM2, see ``shared/captures``) and from shapes reported by users; what
+the right-hand column shows is whatever the chain in this install does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from .sse import DONE, SSEDecoder
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    obj = {
+        "id": "chatcmpl-demo",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "demo",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def _text(pieces: list[str], finish: str = "stop") -> list[bytes]:
+    out = [_chunk({"role": "assistant", "content": ""})]
+    out += [_chunk({"content": p}) for p in pieces]
+    out.append(_chunk({}, finish))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _repeated_name_call() -> list[bytes]:
+    # llama.cpp (capture b2): every delta repeats id, type and name
+    out = [_chunk({"role": "assistant", "content": None})]
+    for frag in ['{ "city"', ': "Par', 'is" }']:
+        call = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": frag},
+        }
+        out.append(_chunk({"tool_calls": [call]}))
+    out.append(_chunk({}, "tool_calls"))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    parts: list[bytes]
+    tools: bool = True
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+SCENARIOS = [
+    Scenario(
+        "text-call",
+        "A tool call written as text (Hermes/Qwen <tool_call> tags, split mid-tag)",
+        _text(
+            [
+                "<",
+                "tool",
+                "_",
+                "call",
+                ">\n",
+                '{"name": "get_weather", ',
+                '"arguments": {"city": ',
+                '"Paris"}}',
+                "\n</",
+                "tool_call",
+                ">",
+            ]
+        ),
+    ),
+    Scenario(
+        "repeated-name",
+        "Tool-call deltas that repeat id and name in every chunk (llama.cpp)",
+        _repeated_name_call(),
+    ),
+    Scenario(
+        "loop",
+        "A repetition loop (SmolLM2 at temperature 0: 'the cat sat on the mat')",
+        _text(["Here is the poem:\n"] + ["the cat sat on the mat.\n"] * 80, "length"),
+        tools=False,
+    ),
+    Scenario(
+        "markup",
+        "Leftover template markup after the answer",
+        _text(["It is sunny", " in Paris.", "<|im_end|>", "\n<|im_start|>assistant"]),
+    ),
+]
+
+
+# -- the scripted upstream ---------------------------------------------------
+
+
+async def _upstream(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    scenario = next((s for s in SCENARIOS if s.key == body.get("model")), None)
+    if scenario is None:
+        return web.json_response({"error": {"message": "unknown scenario"}}, status=404)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    try:
+        for part in scenario.parts:
+            await resp.write(part)
+            await asyncio.sleep(0.001)  # one network read per chunk
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass  # the proxy cut the loop and hung up: exactly what it should do
+    return resp
+
+
+async def _models(request: web.Request) -> web.Response:
+    data = [{"id": s.key, "object": "model", "owned_by": "demo"} for s in SCENARIOS]
+    return web.json_response({"object": "list", "data": data})
+
+
+# -- what a client assembles -------------------------------------------------
+
+
+@dataclass
+class Seen:
+    content: str = ""
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    finish: str | None = None
+    errors: list[str] = field(default_factory=list)
+    done: bool = False
+    chunks: int = 0
+    ext: dict[str, Any] | None = None  # the "streamfix" field of a finish
+
+
+def assemble(data: bytes) -> Seen:
+    """Merge deltas as the OpenAI SDK does (strings concatenated by index)."""
+    seen = Seen()
+    dec = SSEDecoder()
+    for ev in dec.feed(data) + dec.close():
+        if ev.data is None:
+            continue
+        if ev.data == DONE:
+            seen.done = True
+            continue
+        obj = orjson.loads(ev.data)
+        seen.chunks += 1
+        if "error" in obj:
+            seen.errors.append(str(obj["error"].get("message")))
+            continue
+        for ch in obj.get("choices") or ():
+            delta = ch.get("delta") or {}
+            seen.content += delta.get("content") or ""
+            for tc in delta.get("tool_calls") or ():
+                slot = seen.calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            if ch.get("finish_reason"):
+                seen.finish = ch["finish_reason"]
+            if isinstance(ch.get("streamfix"), dict):
+                seen.ext = ch["streamfix"]
+    return seen
+
+
+def describe(seen: Seen) -> list[str]:
+    lines = []
+    content = seen.content
+    if len(content) > 160:
+        lines.append(f"content: {content[:100]!r}… ({len(content)} chars in all)")
+    else:
+        lines.append(f"content: {content!r}")
+    for i, c in sorted(seen.calls.items()):
+        lines.append(f"tool_calls[{i}]: {c['name']}({c['arguments']})")
+    if not seen.calls:
+        lines.append("tool_calls: none")
+    lines.append(f"finish_reason: {seen.finish}")
+    if seen.ext:
+        lines.append(f"streamfix: {orjson.dumps(seen.ext).decode()}")
+    for e in seen.errors:
+        lines.append(f"error: {e}")
+    return lines
+
+
+# -- running it ----------------------------------------------------------------
+
+
+async def _start(app: web.Application, **kw: Any) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None, **kw)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = runner.addresses[0][1]
+    return runner, port
+
+
+async def collect(scenarios: list[Scenario]) -> list[tuple[Scenario, Seen, Seen]]:
+    from .server.app import create_app
+    from .server.config import ServerConfig, parse_upstream
+
+    up_app = web.Application()
+    up_app.router.add_post("/v1/chat/completions", _upstream)
+    up_app.router.add_get("/v1/models", _models)
+    up_runner, up_port = await _start(up_app, handler_cancellation=True)
+    up_url = f"http://127.0.0.1:{up_port}/v1"
+    cfg = ServerConfig(upstreams=[parse_upstream(up_url)], probe_interval=0, retries=0)
+    px_runner, px_port = await _start(create_app(cfg), handler_cancellation=True)
+    px_url = f"http://127.0.0.1:{px_port}/v1"
+    results = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for sc in scenarios:
+                req: dict[str, Any] = {
+                    "model": sc.key,
+                    "stream": True,
+                    "messages": [{"role": "user", "content": "What's the weather in Paris?"}],
+                    **sc.request,
+                }
+                if sc.tools:
+                    req["tools"] = TOOLS
+                seen = []
+                for base in (up_url, px_url):
+                    async with session.post(base + "/chat/completions", json=req) as r:
+                        seen.append(assemble(await r.read()))
+                results.append((sc, seen[0], seen[1]))
+    finally:
+        await px_runner.cleanup()
+        await up_runner.cleanup()
+    return results
+
+
+def render(results: list[tuple[Scenario, Seen, Seen]], width: int, out: TextIO) -> None:
+    col = max(30, (width - 3) // 2)
+    rule = "─" * (col * 2 + 3)
+    print(
+        "streamfix demo: the same scripted upstream, read directly and through streamfix", file=out
+    )
+    for sc, direct, fixed in results:
+        print(rule, file=out)
+        print(sc.title, file=out)
+        print(f"{'directly':<{col}} │ through streamfix", file=out)
+        left = [w for line in describe(direct) for w in textwrap.wrap(line, col) or [""]]
+        right = [w for line in describe(fixed) for w in textwrap.wrap(line, col) or [""]]
+        for i in range(max(len(left), len(right))):
+            a = left[i] if i < len(left) else ""
+            b = right[i] if i < len(right) else ""
+            print(f"{a:<{col}} │ {b}", file=out)
+    print(rule, file=out)
+
+
+def run_demo(
+    width: int | None = None, scenarios: list[str] | None = None, out: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    chosen = [s for s in SCENARIOS if not scenarios or s.key in scenarios]
+    if not chosen:
+        keys = ", ".join(s.key for s in SCENARIOS)
+        print(f"no such scenario; choose from: {keys}", file=sys.stderr)
+        return 2
+    results = asyncio.run(collect(chosen))
+    render(results, width or shutil.get_terminal_size((120, 24)).columns, out)
+    return 0
