@@ -6,7 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamfix.formats import llama, mistral
+from streamfix.formats import (
+    deepseek,
+    gemma,
+    glm,
+    granite,
+    harmony,
+    kimi,
+    llama,
+    minimax,
+    mistral,
+    phi4,
+)
 from streamfix.formats.base import ABORT, Format
 
 LO = {"order_id": "F-6"}
@@ -40,6 +51,16 @@ M = mistral.Mistral()
 PT = llama.PythonTag()
 PS = llama.PythonStart()
 FT = llama.FunctionTag()
+DS = deepseek.ToolCalls()
+DSML = deepseek.Dsml()
+KI = kimi.Kimi()
+GL = glm.Glm()
+HA = harmony.Harmony()
+GR = granite.Granite()
+PH = phi4.Phi4()
+MM = minimax.MiniMax()
+G4 = gemma.Gemma4()
+FG = gemma.FunctionGemma()
 
 CASES: list[Case] = [
     # --- Mistral: old list form
@@ -75,7 +96,7 @@ CASES: list[Case] = [
         M,
         '[TOOL_CALLS]create_ticket{"title": "Printer on fire", "priority": 1}',
         [("create_ticket", CT)],
-        after='[TOOL_CALLS]refresh_cache[ARGS]{}',
+        after="[TOOL_CALLS]refresh_cache[ARGS]{}",
     ),
     Case(
         "mistral-v13-call-id",
@@ -153,6 +174,241 @@ CASES: list[Case] = [
         [("refresh_cache", None)],
         after="<function=lookup_order>",
     ),
+    # --- DeepSeek V3 / R1: function<｜tool▁sep｜>NAME + fenced JSON
+    Case(
+        "deepseek-v3",
+        DS,
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup_order\n```json\n{"order_id": "F-6"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        [("lookup_order", LO)],
+        after="<｜end▁of▁sentence｜>",
+    ),
+    Case(
+        "deepseek-v3-two-calls",
+        DS,
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup_order\n```json\n{"order_id": "F-6"}\n```<｜tool▁call▁end｜>\n'
+        '<｜tool▁call▁begin｜>function<｜tool▁sep｜>create_ticket\n```json\n{"title": "Printer on fire", "priority": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        [("lookup_order", LO), ("create_ticket", CT)],
+    ),
+    # --- DeepSeek V3.1: NAME<｜tool▁sep｜>{json}
+    Case(
+        "deepseek-v31",
+        DS,
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup_order<｜tool▁sep｜>{"order_id": "F-6"}<｜tool▁call▁end｜>'
+        "<｜tool▁call▁begin｜>refresh_cache<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    Case(
+        "deepseek-r1-underscore-opener",
+        DS,
+        '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>lookup_order\n```json\n{"order_id": "F-6"}\n```<｜tool_call_end｜><｜tool_calls_end｜>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-r1-space-and-short-opener",
+        DS,
+        '<｜tool▁calls｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup_order\n```json\n{"order_id": "F-6"}\n```<｜tool▁call▁end｜><｜tool calls end｜>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-r1-escaped-underscore",
+        DS,
+        '<｜tool\\_calls\\_begin｜><｜tool▁call▁begin｜>lookup_order<｜tool▁sep｜>{"order_id": "F-6"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-bare-call",
+        DS,
+        '<｜tool▁call▁begin｜>create_ticket<｜tool▁sep｜>{"title": "Printer on fire", "priority": 1}<｜tool▁call▁end｜>',
+        [("create_ticket", CT)],
+        after="<｜tool▁call▁begin｜>",
+    ),
+    # --- DeepSeek V3.2 DSML / V4
+    Case(
+        "deepseek-v32-dsml",
+        DSML,
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="create_ticket">\n'
+        '<｜DSML｜parameter name="title" string="true">Printer on fire</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="priority" string="false">1</｜DSML｜parameter>\n'
+        '</｜DSML｜invoke>\n<｜DSML｜invoke name="refresh_cache">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+        [("create_ticket", CT), ("refresh_cache", {})],
+    ),
+    Case(
+        "deepseek-v4-dsml-json-body",
+        DSML,
+        '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="lookup_order">\n{"order_id": "F-6"}\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-dsml-mixed-tags",
+        DSML,
+        '<function_calls><invoke name="lookup_order"><｜DSML｜parameter name="order_id" string="true">F-6</parameter></invoke></｜DSML｜function_calls>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "olmo3-function-calls-lines",
+        DSML,
+        '<function_calls>\nlookup_order(order_id="F-6")\nrefresh_cache()\n</function_calls>',
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    # --- Kimi K2
+    Case(
+        "kimi-k2",
+        KI,
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|><|tool_calls_section_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-k2-two-calls-spaces",
+        KI,
+        '<|tool_calls_section_begin|>\n<|tool_call_begin|> functions.create_ticket:0 <|tool_call_argument_begin|> {"title": "Printer on fire", "priority": 1} <|tool_call_end|>\n'
+        "<|tool_call_begin|>functions.refresh_cache:1<|tool_call_argument_begin|>{}<|tool_call_end|>\n<|tool_calls_section_end|>",
+        [("functions.create_ticket", CT), ("functions.refresh_cache", {})],
+    ),
+    Case(
+        "kimi-singular-section",
+        KI,
+        '<|tool_call_section_begin|><|tool_call_begin|>lookup_order:3<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|><|tool_call_section_end|>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "kimi-bare-call",
+        KI,
+        '<|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    # --- GLM 4.5 / 4.7
+    Case(
+        "glm45",
+        GL,
+        "<tool_call>create_ticket\n<arg_key>title</arg_key>\n<arg_value>Printer on fire</arg_value>\n<arg_key>priority</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+        [("create_ticket", CT)],
+    ),
+    Case(
+        "glm47-no-newlines",
+        GL,
+        "<tool_call>lookup_order<arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
+        [("lookup_order", LO)],
+        after="<tool_call>refresh_cache</tool_call>",
+    ),
+    Case("glm-no-args", GL, "<tool_call>refresh_cache</tool_call>", [("refresh_cache", {})]),
+    Case(
+        "glm4-name-then-json",
+        GL,
+        '<tool_call>lookup_order\n{"order_id": "F-6"}\n</tool_call>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "glm-string-param-stays-string",
+        GL,
+        "<tool_call>lookup_order\n<arg_key>order_id</arg_key>\n<arg_value>12345</arg_value>\n</tool_call>",
+        [("lookup_order", {"order_id": "12345"})],
+    ),
+    # --- gpt-oss Harmony
+    Case(
+        "harmony-constrain",
+        HA,
+        '<|channel|>commentary to=functions.lookup_order <|constrain|>json<|message|>{"order_id": "F-6"}<|call|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "harmony-no-call-token",
+        HA,
+        '<|start|>assistant<|channel|>commentary to=functions.create_ticket <|constrain|>json<|message|>{"title": "Printer on fire", "priority": 1}',
+        [("functions.create_ticket", CT)],
+        after="\nNext.",
+    ),
+    Case(
+        "harmony-recipient-in-header",
+        HA,
+        '<|start|>assistant to=functions.lookup_order<|channel|>commentary json<|message|>{"order_id": "F-6"}<|call|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "harmony-analysis-no-constrain",
+        HA,
+        "<|channel|>analysis to=functions.refresh_cache<|message|>{}<|call|>",
+        [("functions.refresh_cache", {})],
+    ),
+    aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
+    aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
+    # --- Granite
+    Case(
+        "granite",
+        GR,
+        '<|tool_call|>[{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]',
+        [("lookup_order", LO)],
+        after="<|end_of_text|>",
+    ),
+    Case(
+        "granite-two-calls",
+        GR,
+        '<|tool_call|> [{"arguments": {"title": "Printer on fire", "priority": 1}, "name": "create_ticket"}, {"name": "refresh_cache", "arguments": {}}]',
+        [("create_ticket", CT), ("refresh_cache", {})],
+    ),
+    # --- Phi-4-mini
+    Case(
+        "phi4",
+        PH,
+        'functools[{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "phi4-two",
+        PH,
+        'functools[{"name": "lookup_order", "arguments": {"order_id": "F-6"}}, {"name": "refresh_cache", "arguments": {}}]',
+        [("lookup_order", LO), ("refresh_cache", {})],
+        after="]] trailing",
+    ),
+    # --- MiniMax M2
+    Case(
+        "minimax-m2",
+        MM,
+        '<minimax:tool_call>\n<invoke name="create_ticket">\n<parameter name="title">Printer on fire</parameter>\n<parameter name="priority">1</parameter>\n</invoke>\n'
+        '<invoke name="lookup_order">\n<parameter name="order_id">F-6</parameter>\n</invoke>\n</minimax:tool_call>',
+        [("create_ticket", CT), ("lookup_order", LO)],
+    ),
+    Case(
+        "minimax-m2-no-params",
+        MM,
+        '<minimax:tool_call><invoke name="refresh_cache"></invoke></minimax:tool_call>',
+        [("refresh_cache", {})],
+    ),
+    # --- Gemma 4 / FunctionGemma
+    Case(
+        "gemma4",
+        G4,
+        '<|tool_call>call:create_ticket{priority:1,title:<|"|>Printer on fire<|"|>}<tool_call|>',
+        [("create_ticket", {"priority": 1, "title": "Printer on fire"})],
+    ),
+    Case(
+        "gemma4-nested-and-punctuation",
+        G4,
+        '<|tool_call>call:create_ticket{title:<|"|>a, b: {c} [d]<|"|>,priority:2,tags:[<|"|>x<|"|>,<|"|>y<|"|>],meta:{urgent:true,ratio:0.5}}<tool_call|>',
+        [
+            (
+                "create_ticket",
+                {
+                    "title": "a, b: {c} [d]",
+                    "priority": 2,
+                    "tags": ["x", "y"],
+                    "meta": {"urgent": True, "ratio": 0.5},
+                },
+            )
+        ],
+    ),
+    Case(
+        "gemma4-no-args",
+        G4,
+        "<|tool_call>call:refresh_cache{}<tool_call|>",
+        [("refresh_cache", {})],
+        after="<|tool_response>",
+    ),
+    Case(
+        "functiongemma",
+        FG,
+        "<start_function_call>call:lookup_order{order_id:<escape>F-6<escape>}<end_function_call>",
+        [("lookup_order", LO)],
+    ),
 ]
 
 #: Regions with a family marker that hold no call.
@@ -163,9 +419,34 @@ MARKUP: list[tuple[Format, str]] = [
     (PT, '<|python_tag|>{"query": "x"}'),
     (PT, "<|python_tag|>print(1 + 2)"),
     (PS, "<|python_start|>[1, 2]<|python_end|>"),
+    (DS, "<｜tool▁calls▁begin｜>I will look that up<｜tool▁calls▁end｜>"),
+    (
+        DS,
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>look up order<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    ),
+    (DSML, "<｜DSML｜function_calls>nothing here</｜DSML｜function_calls>"),
+    (DSML, "<function_calls>Some prose, not calls.</function_calls>"),
+    (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
+    (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
+    (
+        GL,
+        "<tool_call>lookup_order\n<arg_key>order_id</arg_key>\nstray<arg_value>1</arg_value></tool_call>",
+    ),
+    (HA, "<|channel|>commentary to=functions.x <|constrain|>json"),
+    (GR, '<|tool_call|>[{"nom": 1}]'),
+    (PH, "functools[]"),
+    (MM, "<minimax:tool_call>hello</minimax:tool_call>"),
+    (G4, "<|tool_call>lookup_order(order_id=1)<tool_call|>"),
+    (G4, '<|tool_call>call:lookup_order{order_id:<|"|>F-6}<tool_call|>'),
 ]
 
 #: Shared-marker regions that belong to another format.
 NOT_THIS: list[tuple[Format, str]] = [
     (FT, "<function=create_ticket>\n<parameter=title>\nX\n</parameter>\n</function>"),
+    (GL, '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "F-6"}}\n</tool_call>'),
+    (GL, '<tool_call>[{"name": "lookup_order", "arguments": {}}]</tool_call>'),
+    (
+        GL,
+        "<tool_call>\n<function=lookup_order>\n<parameter=order_id>\nF-6\n</parameter>\n</function>\n</tool_call>",
+    ),
 ]

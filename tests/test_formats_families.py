@@ -22,6 +22,18 @@ from tests.streamutil import SHAPES_REQUEST
 from .family_cases import CASES, MARKUP, NOT_THIS, Case
 
 TOOLS = tools_of(SHAPES_REQUEST)
+FAMILY_MODULES = (
+    "mistral",
+    "llama",
+    "deepseek",
+    "kimi",
+    "glm",
+    "harmony",
+    "granite",
+    "phi4",
+    "minimax",
+    "gemma",
+)
 
 
 def feed_pieces(fmt: Format, marker: str, pieces: Sequence[str]) -> int | None:
@@ -97,7 +109,7 @@ def test_other_format_bodies_are_left_alone(fmt: Format, region: str) -> None:
 def test_every_family_declares_formats() -> None:
     import importlib
 
-    for mod in ("mistral", "llama"):
+    for mod in FAMILY_MODULES:
         m = importlib.import_module(f"streamfix.formats.{mod}")
         assert m.FORMATS and all(isinstance(f, Format) and f.markers and f.name for f in m.FORMATS)
     assert _family.FORMATS == []

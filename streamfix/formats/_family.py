@@ -10,8 +10,8 @@ token spellings plus a few lines:
   ``Json``/code value, an ``Opt``-ional trailing token such as Harmony's
   ``<|call|>``). Each part scans only the new text, so the cost per piece
   is O(len(piece)); nothing seen is rescanned.
-- small parsers shared by several families: lenient JSON loading, the
-  ``{"name", "arguments"|"parameters"}`` object shapes, ``<invoke
+- small parsers shared by several families: lenient JSON loading,
+  ``<invoke
   name=…><parameter name=…>`` XML (MiniMax M2, DeepSeek V3.2/V4 DSML),
   ``<function=…><parameter=…>`` XML (Seed-OSS), pythonic call lists
   (Llama 4, LFM2, Olmo 3).
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 
+from ..context import ToolSpec
 from .base import ABORT, Format, RawCall
 from .scan import Balanced
 
@@ -229,39 +230,6 @@ def loads(text: str) -> Any:
         return None
 
 
-def call_of(obj: Any) -> RawCall | None:
-    """A call object as models write it: ``{"name", "arguments"}``, with
-    ``parameters`` instead of ``arguments``, or the OpenAI shape
-    ``{"type": "function", "function": {...}}``."""
-    if not isinstance(obj, dict):
-        return None
-    fn = obj.get("function")
-    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-        obj = fn
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    for key in ("arguments", "parameters", "args", "input"):
-        if key in obj:
-            return RawCall(name, obj[key])
-    return RawCall(name, None)
-
-
-def calls_of(value: Any) -> list[RawCall] | None:
-    """The calls in a JSON value (one object or a list of them), or None
-    when any element is not a call object."""
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        return None
-    out: list[RawCall] = []
-    for item in items:
-        call = call_of(item)
-        if call is None:
-            return None
-        out.append(call)
-    return out
-
-
 def strip_trailer(s: str, *tokens: str) -> str:
     """``s`` stripped, without a trailing token or the broken start of one
     (what an ``Opt`` part swallowed)."""
@@ -288,16 +256,41 @@ def strip_value(v: str) -> str:
     return v
 
 
+def _prop(tools: Mapping[str, ToolSpec], name: str, key: str) -> dict[str, Any] | None:
+    spec = tools.get(name) or tools.get(name.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
+    if spec is None:
+        return None
+    props = spec.parameters.get("properties")
+    prop = props.get(key) if isinstance(props, dict) else None
+    return prop if isinstance(prop, dict) else None
+
+
+def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:
+    """An XML parameter's text as the chat templates wrote it: raw for a
+    string parameter, JSON (``tojson``) for any other. Decoded as JSON
+    unless the offered tool's schema says the parameter is a string; text
+    that is not JSON stays text (``args.py`` converts it by schema later)."""
+    prop = _prop(tools, name, key)
+    typ = prop.get("type") if prop else None
+    types = typ if isinstance(typ, list) else [typ]
+    if "string" in types:
+        return raw
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+
 def xml_calls(
     body: str,
     call_re: re.Pattern[str],
     param_re: re.Pattern[str],
-    value: Callable[[re.Match[str]], Any] | None = None,
+    value: Callable[[re.Match[str], str], Any] | None = None,
 ) -> list[RawCall] | None:
     """Calls written as XML elements: ``call_re`` matches one call with
     groups (name, body); inside, ``param_re`` matches parameters with
-    groups (key, raw value); ``value`` converts a parameter match (default:
-    the text of group 2, one newline trimmed each side). A call body that
+    groups (key, raw value); ``value(match, call_name)`` converts a
+    parameter (default: the text of group 2, one newline trimmed each side). A call body that
     holds no parameter but a JSON object gives that object. None when no
     call matched."""
     calls: list[RawCall] = []
@@ -306,7 +299,7 @@ def xml_calls(
         inner = m.group(2)
         args: dict[str, Any] = {}
         for p in param_re.finditer(inner):
-            args[p.group(1).strip()] = value(p) if value else strip_value(p.group(2))
+            args[p.group(1).strip()] = value(p, name) if value else strip_value(p.group(2))
         if not args:
             s = inner.strip()
             if s.startswith("{"):

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import Json, Opt, Steps, calls_of, loads, python_calls, strip_trailer
-from .base import EndFinder, Format, RawCall
+from ._family import Json, Opt, Steps, loads, python_calls, strip_trailer
+from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker
 
 PYTHON_TAG = "<|python_tag|>"
@@ -48,7 +48,7 @@ class PythonTag(Format):
         body = strip_trailer(region[len(PYTHON_TAG) :], EOM)
         if body[:1] in ("{", "["):
             value = loads(body)
-            return calls_of(value) if value is not None else None
+            return calls_from_value(value) if value is not None else None
         # Built-in tool: ``name.call(k=v)``.
         calls = python_calls(body)
         if not calls:
@@ -74,7 +74,7 @@ class FunctionTag(Format):
     """``<function=NAME>{json}</function>``; tried after the core XML format
     that shares the marker (priority), so it only claims JSON bodies."""
 
-    name: ClassVar[str] = "llama"
+    name: ClassVar[str] = "llama_function"
     markers: ClassVar[tuple[str, ...]] = (FUNCTION,)
     wrapped: ClassVar[bool] = True
     priority: ClassVar[int] = 150

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import MAX_HEADER_CHARS, Before, Json, Steps, calls_of, loads
-from .base import ABORT, EndFinder, Format, RawCall
+from ._family import MAX_HEADER_CHARS, Before, Json, Steps, loads
+from .base import ABORT, EndFinder, Format, RawCall, calls_from_value
 
 MARKER = "[TOOL_CALLS]"
 
@@ -84,7 +84,7 @@ class Mistral(Format):
         s = body.lstrip()
         if s[:1] in ("[", "{"):
             value = loads(s)
-            return calls_of(value) if value is not None else None
+            return calls_from_value(value) if value is not None else None
         m = _NAMED.match(body)
         if m is None:
             return None

@@ -1,0 +1,153 @@
+"""DeepSeek's call markup, every generation (tokens use FULLWIDTH VERTICAL
+LINE ``｜`` and LOWER ONE EIGHTH BLOCK ``▁``):
+
+- V3 / R1: ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
+  ``\\n```json\\n{…}\\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>``
+  (SGLang ``deepseekv3_detector.py``, vLLM ``deepseekv3_tool_parser.py``);
+- V3.1 / V3.2-Exp chat template: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>``
+  (SGLang ``deepseekv31_detector.py``);
+- opener spellings llama.cpp accepts because R1 distills write them
+  (``common/chat.cpp`` DeepSeek R1 handler): ``<｜tool_calls_begin｜>``,
+  ``<｜tool calls begin｜>``, ``<｜tool\\_calls\\_begin｜>``, ``<｜tool▁calls｜>``;
+  the same separators are accepted in every token here. A call without the
+  section tokens (``<｜tool▁call▁begin｜>…<｜tool▁call▁end｜>``) is one region.
+- V3.2 DSML: ``<｜DSML｜function_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter
+  name="k" string="true">v</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>``,
+  ``string="false"`` values being JSON, or a JSON object as the invoke
+  body; V4 spells the wrapper ``<｜DSML｜tool_calls>`` (SGLang
+  ``deepseekv32_detector.py`` / ``deepseekv4_detector.py``, which also accept
+  the tags without ``｜DSML｜`` and mixed). The bare ``<function_calls>``
+  wrapper is shared with Olmo 3, whose body is one ``f(x=1)`` call per line
+  (vLLM ``olmo3_tool_parser.py``): parsed here too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..context import ToolSpec
+from ._family import loads, python_calls, strip_value, xml_calls
+from .base import EndFinder, Format, RawCall
+from .scan import UntilMarker
+
+_SEPS = ("▁", "_", " ", "\\_")
+
+
+def _spellings(*words: str) -> tuple[str, ...]:
+    return tuple("<｜" + sep.join(words) + "｜>" for sep in _SEPS)
+
+
+CALLS_BEGIN = (*_spellings("tool", "calls", "begin"), "<｜tool▁calls｜>")
+CALLS_END = _spellings("tool", "calls", "end")
+CALL_BEGIN = _spellings("tool", "call", "begin")
+CALL_END = _spellings("tool", "call", "end")
+SEP = _spellings("tool", "sep")
+
+
+def _alt(tokens: tuple[str, ...]) -> str:
+    return "(?:" + "|".join(re.escape(t) for t in tokens) + ")"
+
+
+_CALL = re.compile(_alt(CALL_BEGIN) + r"(.*?)(?:" + _alt(CALL_END) + r"|\Z)", re.DOTALL)
+_SEP = re.compile(_alt(SEP))
+_FENCE = re.compile(r"\A\s*```[a-zA-Z]*[ \t]*\n?(.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
+
+
+def _unfence(s: str) -> str:
+    m = _FENCE.match(s)
+    return m.group(1) if m else s.strip()
+
+
+def _call(body: str) -> RawCall | None:
+    parts = _SEP.split(body, maxsplit=1)
+    if len(parts) != 2:
+        return None
+    head, rest = parts[0].strip(), parts[1]
+    if head in ("function", "") and not rest.lstrip().startswith("{"):
+        # V3: type, then the name on its own line, then fenced JSON.
+        name, _, args = rest.lstrip().partition("\n")
+        if "```" in name:
+            name, _, tail = name.partition("```")
+            args = "```" + tail + ("\n" + args if args else "")
+        name = name.strip()
+    else:
+        name, args = head, rest
+    if not name or any(c.isspace() for c in name):
+        return None
+    args = _unfence(args)
+    return RawCall(name, args or None)
+
+
+class ToolCalls(Format):
+    """``<｜tool▁calls▁begin｜>`` sections and bare ``<｜tool▁call▁begin｜>`` calls."""
+
+    name: ClassVar[str] = "deepseek"
+    markers: ClassVar[tuple[str, ...]] = (*CALLS_BEGIN, *CALL_BEGIN)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        closes = CALL_END if marker in CALL_BEGIN else CALLS_END
+        return UntilMarker(*closes, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        calls: list[RawCall] = []
+        for m in _CALL.finditer(region):
+            call = _call(m.group(1))
+            if call is None:
+                return None
+            calls.append(call)
+        return calls or None
+
+
+DSML = "｜DSML｜"
+DSML_OPEN = ("<｜DSML｜function_calls>", "<｜DSML｜tool_calls>", "<function_calls>")
+DSML_CLOSE = ("</｜DSML｜function_calls>", "</｜DSML｜tool_calls>", "</function_calls>")
+
+_INVOKE = re.compile(
+    r'<(?:｜DSML｜)?invoke\s+name\s*=\s*"([^"]+)"\s*>(.*?)(?:</(?:｜DSML｜)?invoke>|\Z)', re.DOTALL
+)
+_PARAM = re.compile(
+    r'<(?:｜DSML｜)?parameter\s+name\s*=\s*"([^"]+)"(?:\s+string\s*=\s*"(\w+)")?\s*>'
+    r"(.*?)</(?:｜DSML｜)?parameter>",
+    re.DOTALL,
+)
+
+
+def _dsml_value(m: re.Match[str], name: str) -> Any:
+    raw = strip_value(m.group(3))
+    if m.group(2) == "false":
+        value = loads(raw)
+        if value is not None or raw.strip() == "null":
+            return value
+    return raw
+
+
+class Dsml(Format):
+    """V3.2 / V4 DSML invoke blocks and Olmo 3 ``<function_calls>`` lines."""
+
+    name: ClassVar[str] = "deepseek_dsml"
+    markers: ClassVar[tuple[str, ...]] = DSML_OPEN
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(*DSML_CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        opener = next((o for o in DSML_OPEN if region.startswith(o)), None)
+        if opener is None:
+            return None
+        body = region[len(opener) :]
+        for close in DSML_CLOSE:
+            if body.rstrip().endswith(close):
+                body = body.rstrip()[: -len(close)]
+                break
+        if "invoke" in body:
+            return xml_calls(body, _INVOKE, _PARAM, _dsml_value)
+        if opener == "<function_calls>":
+            return python_calls(body)
+        return None
+
+
+FORMATS: list[Format] = [ToolCalls(), Dsml()]

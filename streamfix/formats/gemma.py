@@ -1,0 +1,172 @@
+"""Google Gemma calls in Gemma's own argument syntax.
+
+- Gemma 4: ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:5,flag:true}<tool_call|>``
+  — keys bare, strings between ``<|"|>`` tokens, numbers/booleans bare,
+  nested ``{…}`` and ``[…]`` (vLLM ``tool_parsers/gemma4_tool_parser.py``,
+  SGLang ``function_call/gemma4_detector.py``);
+- FunctionGemma (Gemma 3 270M fine-tune):
+  ``<start_function_call>call:NAME{key:<escape>text<escape>}<end_function_call>``
+  (vLLM ``functiongemma_tool_parser.py``; Google's model card).
+
+Gemma 3 itself has no call tokens: its ```` ```tool_code ```` fence is the
+core fenced format.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..context import ToolSpec
+from .base import EndFinder, Format, RawCall
+from .scan import UntilMarker
+
+G4_OPEN, G4_CLOSE, G4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
+FG_OPEN, FG_CLOSE, FG_QUOTE = "<start_function_call>", "<end_function_call>", "<escape>"
+
+_CALL = re.compile(r"\s*call\s*:\s*([^\s{}]+?)\s*(?=\{)")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?\Z")
+
+
+class _Syntax(ValueError):
+    pass
+
+
+class _Reader:
+    """Recursive-descent reader of one ``{…}`` argument object."""
+
+    def __init__(self, text: str, quote: str) -> None:
+        self.s = text
+        self.q = quote
+        self.bare = re.compile(r"[^{}\[\],:]+?(?=\s*[{}\[\],:]|\Z)|[^{}\[\],:]+", re.DOTALL)
+
+    def ws(self, i: int) -> int:
+        while i < len(self.s) and self.s[i].isspace():
+            i += 1
+        return i
+
+    def string(self, i: int) -> tuple[str, int]:
+        j = self.s.find(self.q, i + len(self.q))
+        if j < 0:
+            raise _Syntax("unterminated string")
+        return self.s[i + len(self.q) : j], j + len(self.q)
+
+    def value(self, i: int) -> tuple[Any, int]:
+        i = self.ws(i)
+        if self.s.startswith(self.q, i):
+            return self.string(i)
+        c = self.s[i : i + 1]
+        if c == "{":
+            return self.obj(i)
+        if c == "[":
+            return self.arr(i)
+        m = self.bare.match(self.s, i)
+        if m is None or not m.group().strip():
+            raise _Syntax("value expected")
+        return _scalar(m.group().strip()), m.end()
+
+    def key(self, i: int) -> tuple[str, int]:
+        if self.s.startswith(self.q, i):
+            return self.string(i)
+        m = self.bare.match(self.s, i)
+        if m is None or not m.group().strip():
+            raise _Syntax("key expected")
+        return m.group().strip().strip("\"'"), m.end()
+
+    def obj(self, i: int) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        i += 1  # "{"
+        while True:
+            i = self.ws(i)
+            if self.s.startswith("}", i):
+                return out, i + 1
+            if self.s.startswith(",", i):
+                i += 1
+                continue
+            k, i = self.key(i)
+            i = self.ws(i)
+            if not self.s.startswith(":", i):
+                raise _Syntax("':' expected")
+            out[k], i = self.value(i + 1)
+
+    def arr(self, i: int) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        i += 1  # "["
+        while True:
+            i = self.ws(i)
+            if self.s.startswith("]", i):
+                return out, i + 1
+            if self.s.startswith(",", i):
+                i += 1
+                continue
+            if i >= len(self.s):
+                raise _Syntax("unterminated list")
+            v, i = self.value(i)
+            out.append(v)
+
+
+def _scalar(s: str) -> Any:
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
+        return s[1:-1]
+    if s == "true":
+        return True
+    if s == "false":
+        return False
+    if s in ("null", "None"):
+        return None
+    if _NUMBER.match(s):
+        f = float(s)
+        return int(s) if "." not in s and "e" not in s.lower() else f
+    return s
+
+
+def parse_calls(body: str, quote: str) -> list[RawCall] | None:
+    """``call:NAME{…}`` (one or more) in Gemma's syntax."""
+    calls: list[RawCall] = []
+    reader = _Reader(body, quote)
+    i = 0
+    while True:
+        i = reader.ws(i)
+        if i >= len(body):
+            break
+        m = _CALL.match(body, i)
+        if m is None:
+            return None
+        try:
+            args, i = reader.obj(m.end())
+        except (_Syntax, IndexError, RecursionError):
+            return None
+        calls.append(RawCall(m.group(1), args))
+    return calls or None
+
+
+class _GemmaTokens(Format):
+    wrapped: ClassVar[bool] = True
+    open: ClassVar[str]
+    close: ClassVar[str]
+    quote: ClassVar[str]
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(self.close, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(self.open):
+            return None
+        body = region[len(self.open) :].rstrip().removesuffix(self.close)
+        return parse_calls(body, self.quote)
+
+
+class Gemma4(_GemmaTokens):
+    name: ClassVar[str] = "gemma4"
+    markers: ClassVar[tuple[str, ...]] = (G4_OPEN,)
+    open, close, quote = G4_OPEN, G4_CLOSE, G4_QUOTE
+
+
+class FunctionGemma(_GemmaTokens):
+    name: ClassVar[str] = "functiongemma"
+    markers: ClassVar[tuple[str, ...]] = (FG_OPEN,)
+    open, close, quote = FG_OPEN, FG_CLOSE, FG_QUOTE
+
+
+FORMATS: list[Format] = [Gemma4(), FunctionGemma()]

@@ -1,0 +1,74 @@
+"""Zhipu GLM 4.5 / 4.6 / 4.7 (and GLM-4.5V) calls:
+
+``<tool_call>NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n…</tool_call>``
+
+GLM 4.7 drops the newlines (``<tool_call>NAME<arg_key>k</arg_key><arg_value>v…``);
+a tool without arguments is ``<tool_call>NAME</tool_call>``. The chat
+template writes string values raw and other values as JSON (``tojson``),
+so a value is JSON-decoded unless the tool's schema says it is a string
+(vLLM ``tool_parsers/glm4_moe_tool_parser.py`` / ``glm47_moe_tool_parser.py``,
+SGLang ``glm4_moe_detector.py`` / ``glm47_moe_detector.py``). Older GLM-4
+fine-tunes write ``NAME\\n{json}`` in the same tags; also parsed here.
+
+``<tool_call>`` is shared with the core Hermes JSON and Qwen3-Coder XML
+formats: this one uses the same end rule (``</tool_call>``) and returns
+None for their bodies (JSON, ``<function=…>``), so the registry tries each
+parser in turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..context import ToolSpec
+from ._family import strip_value, typed_value
+from .base import EndFinder, Format, RawCall
+from .scan import UntilMarker
+
+OPEN = "<tool_call>"
+CLOSE = "</tool_call>"
+
+_HEAD = re.compile(r"\s*([^\s<>{}\[\]()\"',]+)\s*(.*)\Z", re.DOTALL)
+_PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>\s*", re.DOTALL)
+
+
+class Glm(Format):
+    name: ClassVar[str] = "glm"
+    markers: ClassVar[tuple[str, ...]] = (OPEN,)
+    wrapped: ClassVar[bool] = True
+    priority: ClassVar[int] = 120
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(OPEN):
+            return None
+        body = region[len(OPEN) :].rstrip()
+        body = body.removesuffix(CLOSE)
+        m = _HEAD.match(body)
+        if m is None:
+            return None
+        name, rest = m.group(1), m.group(2)
+        if not rest:
+            return [RawCall(name, {})]
+        if rest.startswith("{"):
+            return [RawCall(name, rest.strip())]
+        if not rest.startswith("<arg_key>"):
+            return None
+        args: dict[str, Any] = {}
+        pos = 0
+        for p in _PAIR.finditer(rest):
+            if p.start() != pos:
+                return None
+            pos = p.end()
+            key = p.group(1).strip()
+            args[key] = typed_value(strip_value(p.group(2)), tools, name, key)
+        if pos != len(rest) or not args:
+            return None
+        return [RawCall(name, args)]
+
+
+FORMATS: list[Format] = [Glm()]

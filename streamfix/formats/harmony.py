@@ -1,0 +1,59 @@
+"""OpenAI gpt-oss "Harmony" calls, as a backend without a Harmony parser
+sends them in ``content``.
+
+A call is a commentary (sometimes, wrongly, analysis) message addressed to
+a function (OpenAI harmony cookbook, "Function calling"; vLLM
+``tool_parsers/openai_tool_parser.py``, SGLang ``gpt_oss_detector.py``):
+
+- ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>``
+- the same after ``<|start|>assistant``, and with the recipient in the
+  role header: ``<|start|>assistant to=functions.NAME<|channel|>commentary json``
+  ``<|message|>{…}<|call|>``
+- without ``<|constrain|>`` (``…to=functions.NAME<|message|>{…}``).
+
+``<|call|>`` is a stop token, so most engines never send it: the region
+ends where the JSON closes, taking a ``<|call|>`` right after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..context import ToolSpec
+from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
+from .base import EndFinder, Format, RawCall
+
+MESSAGE = "<|message|>"
+CALL = "<|call|>"
+
+_RECIPIENT = re.compile(r"to=([^\s<]+)")
+
+
+class Harmony(Format):
+    name: ClassVar[str] = "harmony"
+    markers: ClassVar[tuple[str, ...]] = (
+        "<|channel|>commentary to=",
+        "<|channel|>analysis to=",
+        "<|start|>assistant to=",
+        "<|start|>assistant<|channel|>commentary to=",
+        "<|start|>assistant<|channel|>analysis to=",
+    )
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return Steps(len(marker), Until(MESSAGE, limit=MAX_HEADER_CHARS), Json("{["), Opt(CALL))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        head, sep, body = region.partition(MESSAGE)
+        m = _RECIPIENT.search(head)
+        if not sep or m is None:
+            return None
+        args = strip_trailer(body, CALL)
+        if not args.startswith("{"):
+            return None
+        return [RawCall(m.group(1), args)]
+
+
+FORMATS: list[Format] = [Harmony()]
