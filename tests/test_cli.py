@@ -1,0 +1,166 @@
+"""``streamfix serve`` settings (CLI > env > TOML > defaults) and the
+command itself as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from streamfix.cli import build_parser, config_from_args, main
+from streamfix.server.config import SETTINGS, ConfigError, ServerConfig, parse_upstream
+
+from .streamutil import assemble, text_stream
+from .upstream_fake import FakeUpstream, Reply, free_port
+
+
+def config(argv: list[str], env: dict[str, str] | None = None) -> ServerConfig:
+    args = build_parser().parse_args(["serve", *argv])
+    return config_from_args(args, env or {})
+
+
+def test_help_documents_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    for s in SETTINGS:
+        assert s.flag in text and s.env in text
+    for word in (
+        "--upstream",
+        "--api-key",
+        "--config",
+        "STREAMFIX_UPSTREAM",
+        "STREAMFIX_API_KEY",
+        "[[upstream]]",
+    ):
+        assert word in text
+
+
+def test_defaults() -> None:
+    cfg = config(["--upstream", "http://h:1/v1"])
+    assert (cfg.host, cfg.port, cfg.required, cfg.workers) == ("127.0.0.1", 8787, "soft", 1)
+    assert cfg.upstreams[0].url == "http://h:1/v1"
+
+
+def test_precedence_cli_env_toml(tmp_path: Path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text(
+        'port = 1111\nhost = "0.0.0.0"\nfloor = 7\nrequired = "off"\napi_key = ["t1"]\n'
+        '[[upstream]]\nurl = "http://a:1/v1"\nweight = 3\napi_key = "sk-up"\nwindow = 32768\n'
+        '[[upstream]]\nurl = "http://b:2/v1/"\nreasoning = true\n'
+    )
+    env = {"STREAMFIX_CONFIG": str(toml), "STREAMFIX_PORT": "2222", "STREAMFIX_FLOOR": "9"}
+    cfg = config(["--port", "3333"], env)
+    assert cfg.port == 3333  # CLI over env
+    assert cfg.floor == 9  # env over TOML
+    assert (
+        cfg.host == "0.0.0.0" and cfg.required == "off" and cfg.api_keys == ["t1"]
+    )  # TOML over defaults
+    a, b = cfg.upstreams
+    assert (a.url, a.weight, a.api_key, a.window) == ("http://a:1/v1", 3.0, "sk-up", 32768)
+    assert (b.url, b.reasoning) == ("http://b:2/v1", True)
+    env["STREAMFIX_UPSTREAM"] = "http://c:3/v1,http://d:4/v1#weight=2"
+    assert [u.url for u in config([], env).upstreams] == ["http://c:3/v1", "http://d:4/v1"]
+    assert [u.url for u in config(["--upstream", "http://e:5/v1"], env).upstreams] == [
+        "http://e:5/v1"
+    ]
+
+
+def test_upstream_options_in_url() -> None:
+    u = parse_upstream("https://user:pw@h:8080/v1#weight=2,window=4096,api_key=sk-x,reasoning=yes")
+    assert (u.weight, u.window, u.api_key, u.reasoning) == (2.0, 4096, "sk-x", True)
+    assert "sk-x" not in repr(u) and "pw" not in u.name  # keys never printed
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--upstream", "ftp://h/v1"],
+        ["--upstream", "http://h/v1#weight=0"],
+        ["--upstream", "http://h/v1#colour=red"],
+        ["--upstream", "http://h/v1", "--workers", "0"],
+    ],
+)
+def test_bad_settings(argv: list[str]) -> None:
+    with pytest.raises(ConfigError):
+        config(argv)
+
+
+def test_no_upstream_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(["serve"])
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert exc.value.code == 2 and "no upstream" in capsys.readouterr().err
+
+
+async def _wait_healthy(url: str, deadline: float) -> None:
+    async with aiohttp.ClientSession() as s:
+        while True:
+            try:
+                async with s.get(url + "/healthz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("streamfix serve did not start")
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_serve_runs_as_a_process(workers: int) -> None:
+    async with FakeUpstream(Reply.stream(text_stream(["ok"]))) as up:
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamfix",
+                "serve",
+                "--upstream",
+                up.url,
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            root = f"http://127.0.0.1:{port}"
+            await _wait_healthy(root, time.monotonic() + 20)
+            async with aiohttp.ClientSession() as s:
+                for _ in range(4):
+                    req = {
+                        "model": "m",
+                        "stream": True,
+                        "messages": [{"role": "user", "content": "x"}],
+                    }
+                    async with s.post(root + "/v1/chat/completions", json=req) as r:
+                        assert assemble(await r.read()).content == "ok"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()
+            proc.stderr.close()
