@@ -88,19 +88,21 @@ BRACKET_TOKENS: Final = frozenset(
 #: Bare-word special tokens (Gemma).
 NAMED_TOKENS: Final = frozenset({"end_of_turn", "start_of_turn"})
 
+_T = str(MAX_TOKEN)
 _CAND = re.compile(
-    r"<\|[^\s|<>]{1,%d}\|>" % MAX_TOKEN
-    + r"|<｜[^\s｜<>]{1,%d}｜>" % MAX_TOKEN
-    + r"|\[(/?[A-Z_]{2,24})\]"
-    + r"|<(/?)([a-z_]{1,16})(?:=[^<>\n]{1,%d})?>" % MAX_TOKEN
-    + r"|`{3,}"
+    r"<\|[^\s|<>]{1," + _T + r"}\|>"
+    r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
+    r"|\[(/?[A-Z_]{2,24})\]"
+    r"|<(/?)([a-z_]{1,16})(?:=[^<>\n]{1," + _T + r"})?>"
+    r"|`{3,}"
 )
 #: A suffix that could still grow into a candidate (held back).
 _PARTIAL = re.compile(
-    r"<(?:\|[^\s|<>]{0,%d}\|?|｜[^\s｜<>]{0,%d}｜?|/?[a-z_]{0,16}(?:=[^<>\n]{0,%d})?)?\Z"
-    % (MAX_TOKEN, MAX_TOKEN, MAX_TOKEN)
-    + r"|\[/?[A-Z_]{0,24}\Z"
-    + r"|`{1,2}\Z"
+    r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
+    r"|｜[^\s｜<>]{0," + _T + r"}｜?"
+    r"|/?[a-z_]{0,16}(?:=[^<>\n]{0," + _T + r"})?)?\Z"
+    r"|\[/?[A-Z_]{0,24}\Z"
+    r"|`{1,2}\Z"
 )
 _TRIGGER = re.compile(r"[<\[`]")
 _NON_WS = re.compile(r"\S")
@@ -166,11 +168,13 @@ class ResidueStripper:
     def _scan(self, text: str, final: bool) -> str:
         out: list[str] = []
         pos = 0  # text[:pos] is decided (released or stripped)
+        seen = 0  # text[:seen] has been looked at: never held again
         self._held = ""
         for m in _CAND.finditer(text):
             i = m.start()
             if i < pos:
                 continue  # inside a region already decided
+            seen = m.end()
             g = m.group()
             if g[0] == "`":
                 if not self._fence_at_line_head(text, i):
@@ -179,16 +183,15 @@ class ResidueStripper:
                     self._in_fence = False
                     continue
                 verdict = self._opening_fence(text, m.end(), final)
-                if verdict is None:  # undecided: hold from the line's start
-                    start = text.rfind("\n", pos, i) + 1 or pos
-                    out.append(text[pos:start])
-                    self._held = text[start:]
+                if verdict is None:  # undecided: hold from the fence
+                    out.append(text[pos:i])
+                    self._held = text[i:]
                     return "".join(out)
                 if verdict < 0:  # a real code block
                     self._in_fence = True
                     continue
-                start = text.rfind("\n", pos, i) + 1 or pos
-                out.append(text[pos:start])
+                # Its indentation stays: it may have gone out already.
+                out.append(text[pos:i])
                 pos = verdict
                 self._count("empty_fence")
                 continue
@@ -221,7 +224,7 @@ class ResidueStripper:
             pos = m.end()
             self._count(kind)
         if not final:
-            hold = self._partial_start(text, pos)
+            hold = self._partial_start(text, max(pos, seen))
             if hold < len(text):
                 self._held = text[hold:]
                 text = text[:hold]

@@ -1,0 +1,213 @@
+"""The residue stripper (streamfix/transforms/residue.py): markup that is
+unmistakably debris is stripped at any split, prose and code are not, a
+request without tools is never touched, and a reply left blank is
+reported "empty after repair"."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import streamfix
+from streamfix.context import Context
+from streamfix.delta import Delta, ToolCall
+from streamfix.transforms.residue import MAX_PENDING, ResidueStripper
+
+from .streamutil import SHAPES_REQUEST, assemble, run_sse, text_stream
+
+
+def _strip(pieces: list[str]) -> tuple[str, Context]:
+    """Feed content pieces straight to a stripper (the last one closes)."""
+    ctx = Context.of(SHAPES_REQUEST, {})
+    s = ResidueStripper(ctx)
+    out = ""
+    for i, piece in enumerate(pieces):
+        d = Delta(content=piece)
+        if i == len(pieces) - 1:
+            s.close(d)
+        else:
+            s.feed(d)
+        out += d.content or ""
+    return out, ctx
+
+
+#: (name, content, what the client sees, the strip kind counted)
+STRIPPED: list[tuple[str, str, str, str]] = [
+    ("im_end", "The answer is 4.<|im_end|>", "The answer is 4.", "special_token"),
+    ("im_start", "<|im_start|>assistant\nHello", "assistant\nHello", "special_token"),
+    ("eot_id", "Done.<|eot_id|>", "Done.", "special_token"),
+    ("eom_id", "Calling.<|eom_id|>", "Calling.", "special_token"),
+    ("python_tag", "<|python_tag|>", "", "special_token"),
+    ("phi end", "Sure.<|end|>", "Sure.", "special_token"),
+    ("harmony call", "ok<|call|>", "ok", "special_token"),
+    ("harmony channel", "<|channel|>final<|message|>Hi there", "finalHi there", "special_token"),
+    ("endoftext", "Bye<|endoftext|>", "Bye", "special_token"),
+    ("reserved", "x<|reserved_special_token_250|>", "x", "special_token"),
+    ("kimi", "ok<|tool_calls_section_end|>", "ok", "special_token"),
+    ("deepseek fullwidth", "Hi<｜end▁of▁sentence｜>", "Hi", "special_token"),
+    ("deepseek calls end", "Hi<｜tool▁calls▁end｜>", "Hi", "special_token"),
+    ("mistral tool_calls", "[TOOL_CALLS]", "", "special_token"),
+    ("mistral args", "text[ARGS]", "text", "special_token"),
+    ("mistral call id", "a[CALL_ID]b", "ab", "special_token"),
+    ("mistral inst", "[/INST]Hello", "Hello", "special_token"),
+    ("eos", "All done.</s>", "All done.", "special_token"),
+    ("gemma", "Fine.<end_of_turn>", "Fine.", "special_token"),
+    ("closing tool_call", "Here you go.</tool_call>", "Here you go.", "wrapper_tag"),
+    ("closing tool_calls", "</tool_calls> rest", " rest", "wrapper_tag"),
+    ("closing function_call", "x</function_call>", "x", "wrapper_tag"),
+    ("closing tools", "x</tools>", "x", "wrapper_tag"),
+    ("closing function", "x\n</function>\n", "x\n\n", "wrapper_tag"),
+    ("closing parameter", "x</parameter>", "x", "wrapper_tag"),
+    ("opening at the end", "Let me check.\n<tool_call>", "Let me check.\n", "wrapper_tag"),
+    ("opening then blanks", "Let me see <tool_call>\n  \n", "Let me see \n  \n", "wrapper_tag"),
+    ("opening function=", "ok <function=lookup_order>", "ok ", "wrapper_tag"),
+    ("empty fence", "Here:\n```\n```\nDone.", "Here:\n\nDone.", "empty_fence"),
+    ("empty json fence", "Here:\n```json\n\n```", "Here:\n", "empty_fence"),
+    ("empty fence, blanks", "```json   \n \t \n  ```  \nok", "  \nok", "empty_fence"),
+    ("indented empty fence", "1. step\n   ```json\n   ```\n", "1. step\n   \n", "empty_fence"),
+    ("fence opener left alone", "Calling it now.\n```json\n", "Calling it now.\n", "empty_fence"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "want", "kind"), STRIPPED, ids=[x[0] for x in STRIPPED])
+def test_markup_is_stripped_at_every_split(name: str, text: str, want: str, kind: str) -> None:
+    for i in range(len(text) + 1):
+        out, ctx = _strip([text[:i], text[i:]])
+        assert out == want, f"split at {i}"
+        assert ctx.report.counts[f"stripped.{kind}"] >= 1
+    out, _ = _strip(list(text))
+    assert out == want
+    out, _ = _strip([text, ""])
+    assert out == want
+
+
+#: Prose and code that look a little like markup: never touched.
+KEPT: list[tuple[str, str]] = [
+    ("comparison", "if a < b and c > d: print(a<b)"),
+    ("html", "Use <div class='x'> and <b>bold</b> or <br>."),
+    ("strikethrough", "This is <s>wrong</s> right."),
+    ("python list type", "def f(x: list[int]) -> dict[str, int]: ..."),
+    ("log levels", "[INFO] started\n[ERROR] failed [1]"),
+    ("markdown link", "See [the docs](https://example.com) and [1]."),
+    ("code block", "```python\nprint('<|im_end|>')\nx = '</tool_call>'\n```\nok"),
+    ("code block, no lang", "```\n[TOOL_CALLS] is a token\n```\n"),
+    ("inline code", "The token `<|im_end|>` ends a ChatML turn; `[TOOL_CALLS]` too."),
+    ("matched wrapper", "Write <tool_call>{...}</tool_call> to call a tool."),
+    ("opening with text after", "<tools>\nlookup_order\n</tools>"),
+    ("inline triple backticks", "Type ``` to open a fence, then ``` again."),
+    ("two code blocks", "```python\nx = 1\n```\n```bash\nls\n```\n"),
+    ("not a fence", "a ```\n```"),
+    ("pipes", "a <| b |> c and <|not a token because spaces|>"),
+    ("a long pseudo token", "<|" + "x" * 100 + "|>"),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), KEPT, ids=[x[0] for x in KEPT])
+def test_prose_and_code_are_kept_at_every_split(name: str, text: str) -> None:
+    for i in range(len(text) + 1):
+        out, ctx = _strip([text[:i], text[i:]])
+        assert out == text, f"split at {i}"
+        assert not any(k.startswith("stripped.") for k in ctx.report.counts)
+
+
+ALL = [x[1] for x in STRIPPED] + [x[1] for x in KEPT]
+
+
+@pytest.mark.parametrize("text", ALL)
+def test_without_tools_nothing_is_touched(text: str) -> None:
+    """A request without tools: the stripper is not even built; the
+    stream goes through byte-identical (tested through ``fix_sse``)."""
+    data = text_stream([text[i : i + 3] for i in range(0, len(text), 3)])
+    assert run_sse(data, None) == data
+    assert run_sse(data, {"model": "m", "tools": []}) == data
+
+
+def test_plain_text_passes_as_the_same_object() -> None:
+    s = ResidueStripper(Context.of(SHAPES_REQUEST, {}))
+    text = "Plain words, numbers 1 2 3, (parens) {braces} | pipes | and more."
+    d = Delta(content=text)
+    s.feed(d)
+    assert d.content is text
+    assert s.feed_text(text) is True
+    assert s.feed_text("a < b") is False
+
+
+def test_hold_is_bounded() -> None:
+    """An opening tag followed by a long run of whitespace is released
+    once the run passes MAX_PENDING: it is content, not debris."""
+    s = ResidueStripper(Context.of(SHAPES_REQUEST, {}))
+    d = Delta(content="<tool_call>")
+    s.feed(d)
+    assert d.content == ""
+    out = ""
+    for _ in range(MAX_PENDING):
+        d = Delta(content=" ")
+        s.feed(d)
+        out += d.content or ""
+    assert out.startswith("<tool_call>")
+
+
+@given(
+    st.lists(st.sampled_from(ALL), min_size=1, max_size=6),
+    st.lists(st.integers(0, 400), max_size=12),
+)
+def test_split_invariance(parts: list[str], cuts: list[int]) -> None:
+    text = "\n".join(parts)
+    whole, _ = _strip([text])
+    points = sorted({c for c in cuts if 0 < c < len(text)})
+    pieces, prev = [], 0
+    for p in points:
+        pieces.append(text[prev:p])
+        prev = p
+    pieces.append(text[prev:])
+    split, _ = _strip(pieces)
+    assert split == whole
+
+
+# -- empty after repair ------------------------------------------------------
+
+
+def _session(pieces: list[str]) -> tuple[streamfix.SSESession, str]:
+    session = streamfix.SSESession(SHAPES_REQUEST)
+    out = session.feed(text_stream(pieces)) + session.close()
+    return session, assemble(out).content
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["<|im_end|>"],
+        ["  ", "\n", "<|eot_id|>"],
+        ["[TOOL_CALLS]", " "],
+        ["```json\n", "\n```"],
+        [" \n "],
+        [],
+    ],
+)
+def test_blank_reply_is_empty_after_repair(pieces: list[str]) -> None:
+    session, content = _session(pieces)
+    assert not content.strip()
+    assert session.report.empty_after_repair
+
+
+@pytest.mark.parametrize("pieces", [["ok"], ["<|im_end|>", "Hi"], ["  x  "]])
+def test_reply_with_text_is_not_empty(pieces: list[str]) -> None:
+    session, content = _session(pieces)
+    assert content.strip()
+    assert not session.report.empty_after_repair
+
+
+def test_a_call_is_not_empty() -> None:
+    ctx = Context.of(SHAPES_REQUEST, {})
+    s = ResidueStripper(ctx)
+    d = Delta(content="  ", calls=[ToolCall("refresh_cache", "{}")])
+    s.close(d)
+    assert s.saw_output
+
+
+def test_without_tools_blank_is_not_reported() -> None:
+    session = streamfix.SSESession(None)
+    session.feed(text_stream([" "]))
+    session.close()
+    assert not session.report.empty_after_repair
