@@ -171,9 +171,11 @@ class Chain:
                 st = self._choices.get(ch.index)
                 if st is not None and st.lane is not None and not st.done:
                     content = dv.content
-                    for i, accepts in enumerate(st.lane):  # noqa: B007 (i is used after a break)
+                    i = 0
+                    for accepts in st.lane:
                         if not accepts(content):
                             break
+                        i += 1
                     else:
                         if content:
                             st.saw_output = True
