@@ -32,6 +32,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import os
@@ -40,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -299,6 +301,100 @@ def _serve_without_extra_bufts(argv: list[str]) -> None:
         sse.EventSourceResponse.DEFAULT_PING_INTERVAL = float(ping)
     sys.argv = ["llama_cpp.server", *argv]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+
+
+
+class AppThread:
+    """An aiohttp application served on a free loopback port from a
+    background thread with its own event loop, so that synchronous code
+    (the OpenAI SDK, LangChain, a benchmark loop) can talk to it.
+
+    ``start()`` returns once the port listens; ``stop()`` runs the app's
+    cleanup and joins the thread. ``call(coro)`` runs a coroutine on the
+    app's loop and returns its result. Used by the end-to-end tests (the
+    proxy, a recording relay) and by ``bench``.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", **runner_kwargs: Any) -> None:
+        self.app = app
+        self.host = host
+        self.port: int | None = None
+        self.runner_kwargs = runner_kwargs
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def start(self, timeout: float = 30.0) -> AppThread:
+        from aiohttp import web
+
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+
+        async def setup() -> None:
+            runner = web.AppRunner(self.app, **self.runner_kwargs)
+            await runner.setup()
+            site = web.TCPSite(runner, self.host, 0)
+            await site.start()
+            self._runner = runner
+            self.port = int(runner.addresses[0][1])
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(setup())
+            except BaseException as exc:  # reported to start()'s caller
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="streamfix-app", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise LocalServerError("the application did not start in time")
+        if failure:
+            raise failure[0]
+        return self
+
+    def call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run ``coro`` on the app's loop; its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        loop, thread = self.loop, self._thread
+        if loop is None or thread is None:
+            return
+        self.loop = self._thread = None
+        if thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+
+    def __enter__(self) -> AppThread:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 if __name__ == "__main__":
