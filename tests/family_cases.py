@@ -7,16 +7,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamfix.formats import (
+    apertus,
+    cohere,
     deepseek,
     gemma,
     glm,
     granite,
     harmony,
+    internlm,
     kimi,
+    lfm2,
     llama,
+    longcat,
     minimax,
     mistral,
+    nemotron,
     phi4,
+    seed_oss,
 )
 from streamfix.formats.base import ABORT, Format
 
@@ -61,6 +68,13 @@ PH = phi4.Phi4()
 MM = minimax.MiniMax()
 G4 = gemma.Gemma4()
 FG = gemma.FunctionGemma()
+SO = seed_oss.SeedOss()
+IL = internlm.InternLM()
+LF = lfm2.Lfm2()
+AP = apertus.Apertus()
+CO = cohere.Cohere()
+LC = longcat.LongCat()
+NE = nemotron.Nemotron()
 
 CASES: list[Case] = [
     # --- Mistral: old list form
@@ -409,6 +423,101 @@ CASES: list[Case] = [
         "<start_function_call>call:lookup_order{order_id:<escape>F-6<escape>}<end_function_call>",
         [("lookup_order", LO)],
     ),
+    # --- StepFun Step-3 (DeepSeek tokens, steptml body)
+    Case(
+        "step3",
+        DS,
+        '<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="create_ticket">\n'
+        '<steptml:parameter name="title">Printer on fire</steptml:parameter>\n<steptml:parameter name="priority">1</steptml:parameter>\n'
+        "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>",
+        [("create_ticket", CT)],
+    ),
+    # --- Seed-OSS
+    Case(
+        "seed-oss",
+        SO,
+        "<seed:tool_call>\n<function=create_ticket>\n<parameter=title>Printer on fire</parameter>\n<parameter=priority>1</parameter>\n</function>\n</seed:tool_call>",
+        [("create_ticket", CT)],
+    ),
+    Case(
+        "seed-oss-two",
+        SO,
+        "<seed:tool_call>\n<function=lookup_order>\n<parameter=order_id>\nF-6\n</parameter>\n</function>\n<function=refresh_cache>\n</function>\n</seed:tool_call>",
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    # --- InternLM2
+    Case(
+        "internlm2",
+        IL,
+        '<|action_start|><|plugin|>\n{"name": "lookup_order", "parameters": {"order_id": "F-6"}}<|action_end|>',
+        [("lookup_order", LO)],
+        after="<|im_end|>",
+    ),
+    Case(
+        "internlm2-no-end-token",
+        IL,
+        '<|action_start|><|plugin|>{"name": "refresh_cache", "parameters": {}}',
+        [("refresh_cache", {})],
+        after="\n",
+    ),
+    # --- LFM2
+    Case(
+        "lfm2-pythonic",
+        LF,
+        "<|tool_call_start|>[lookup_order(order_id=\"F-6\"), create_ticket(title='Printer on fire', priority=1)]<|tool_call_end|>",
+        [("lookup_order", LO), ("create_ticket", CT)],
+        after="Checking now.",
+    ),
+    Case(
+        "lfm2-json",
+        LF,
+        '<|tool_call_start|>[{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]<|tool_call_end|>',
+        [("lookup_order", LO)],
+    ),
+    # --- Apertus
+    Case(
+        "apertus",
+        AP,
+        '<|tools_prefix|>[{"lookup_order": {"order_id": "F-6"}}, {"refresh_cache": {}}]<|tools_suffix|>',
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    Case(
+        "apertus-no-suffix",
+        AP,
+        '<|tools_prefix|>[{"create_ticket": {"title": "Printer on fire", "priority": 1}}]',
+        [("create_ticket", CT)],
+        after=" tail",
+    ),
+    # --- Cohere Command R7B / A
+    Case(
+        "cohere-action",
+        CO,
+        '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "lookup_order", "parameters": {"order_id": "F-6"}},\n'
+        '    {"tool_call_id": "1", "tool_name": "refresh_cache", "parameters": {}}\n]<|END_ACTION|>',
+        [("lookup_order", LO), ("refresh_cache", {})],
+        after="<|END_OF_TURN_TOKEN|>",
+    ),
+    # --- LongCat
+    Case(
+        "longcat-json",
+        LC,
+        '<longcat_tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "F-6"}}\n</longcat_tool_call>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "longcat-pairs",
+        LC,
+        "<longcat_tool_call>create_ticket\n<longcat_arg_key>title</longcat_arg_key>\n<longcat_arg_value>Printer on fire</longcat_arg_value>\n"
+        "<longcat_arg_key>priority</longcat_arg_key>\n<longcat_arg_value>1</longcat_arg_value>\n</longcat_tool_call>",
+        [("create_ticket", CT)],
+    ),
+    # --- Nemotron
+    Case(
+        "nemotron",
+        NE,
+        '<TOOLCALL>[{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]</TOOLCALL>',
+        [("lookup_order", LO)],
+    ),
 ]
 
 #: Regions with a family marker that hold no call.
@@ -437,6 +546,13 @@ MARKUP: list[tuple[Format, str]] = [
     (PH, "functools[]"),
     (MM, "<minimax:tool_call>hello</minimax:tool_call>"),
     (G4, "<|tool_call>lookup_order(order_id=1)<tool_call|>"),
+    (SO, "<seed:tool_call>no function here</seed:tool_call>"),
+    (IL, '<|action_start|><|plugin|>{"query": "x"}<|action_end|>'),
+    (LF, "<|tool_call_start|>print('hi') if x else y<|tool_call_end|>"),
+    (AP, '<|tools_prefix|>[{"a": 1, "b": 2}]<|tools_suffix|>'),
+    (CO, "<|START_ACTION|>not json<|END_ACTION|>"),
+    (LC, "<longcat_tool_call>some prose here</longcat_tool_call>"),
+    (NE, "<TOOLCALL>[]</TOOLCALL>"),
     (G4, '<|tool_call>call:lookup_order{order_id:<|"|>F-6}<tool_call|>'),
 ]
 

@@ -19,6 +19,11 @@ LINE ``｜`` and LOWER ONE EIGHTH BLOCK ``▁``):
   the tags without ``｜DSML｜`` and mixed). The bare ``<function_calls>``
   wrapper is shared with Olmo 3, whose body is one ``f(x=1)`` call per line
   (vLLM ``olmo3_tool_parser.py``): parsed here too.
+- StepFun Step-3 uses the DeepSeek tokens (``<｜tool_calls_begin｜>`` spelling)
+  around steptml XML: ``<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke
+  name="NAME"><steptml:parameter name="k">v</steptml:parameter></steptml:invoke>``
+  ``<｜tool_call_end｜>`` (SGLang ``step3_detector.py``); values are decoded
+  as JSON unless the schema says string.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..context import ToolSpec
-from ._family import loads, python_calls, strip_value, xml_calls
+from ._family import loads, python_calls, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall
 from .scan import UntilMarker
 
@@ -60,11 +65,26 @@ def _unfence(s: str) -> str:
     return m.group(1) if m else s.strip()
 
 
-def _call(body: str) -> RawCall | None:
+_STEP_INVOKE = re.compile(
+    r'<steptml:invoke\s+name\s*=\s*"([^"]+)"\s*>(.*?)(?:</steptml:invoke>|\Z)', re.DOTALL
+)
+_STEP_PARAM = re.compile(
+    r'<steptml:parameter\s+name\s*=\s*"([^"]+)"\s*>(.*?)</steptml:parameter>', re.DOTALL
+)
+
+
+def _call(body: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
     parts = _SEP.split(body, maxsplit=1)
     if len(parts) != 2:
         return None
     head, rest = parts[0].strip(), parts[1]
+    if rest.lstrip().startswith("<steptml:invoke"):
+
+        def value(m: re.Match[str], name: str) -> Any:
+            return typed_value(m.group(2).strip(), tools, name, m.group(1).strip())
+
+        step = xml_calls(rest, _STEP_INVOKE, _STEP_PARAM, value)
+        return step[0] if step and len(step) == 1 else None
     if head in ("function", "") and not rest.lstrip().startswith("{"):
         # V3: type, then the name on its own line, then fenced JSON.
         name, _, args = rest.lstrip().partition("\n")
@@ -94,7 +114,7 @@ class ToolCalls(Format):
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         calls: list[RawCall] = []
         for m in _CALL.finditer(region):
-            call = _call(m.group(1))
+            call = _call(m.group(1), tools)
             if call is None:
                 return None
             calls.append(call)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from ..context import ToolSpec
@@ -31,7 +32,40 @@ OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 
 _HEAD = re.compile(r"\s*([^\s<>{}\[\]()\"',]+)\s*(.*)\Z", re.DOTALL)
-_PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>\s*", re.DOTALL)
+
+
+def kv_calls(
+    body: str, tools: Mapping[str, ToolSpec], key: str = "arg_key", value: str = "arg_value"
+) -> list[RawCall] | None:
+    """``NAME`` then ``<key>k</key><value>v</value>`` pairs (or a JSON object,
+    or nothing): the one call in a GLM-style body, or None."""
+    m = _HEAD.match(body)
+    if m is None:
+        return None
+    name, rest = m.group(1), m.group(2)
+    if not rest:
+        return [RawCall(name, {})]
+    if rest.startswith("{"):
+        return [RawCall(name, rest.strip())]
+    if not rest.startswith(f"<{key}>"):
+        return None
+    pair = _pair_re(key, value)
+    args: dict[str, Any] = {}
+    pos = 0
+    for p in pair.finditer(rest):
+        if p.start() != pos:
+            return None
+        pos = p.end()
+        k = p.group(1).strip()
+        args[k] = typed_value(strip_value(p.group(2)), tools, name, k)
+    if pos != len(rest) or not args:
+        return None
+    return [RawCall(name, args)]
+
+
+@lru_cache(maxsize=8)
+def _pair_re(key: str, value: str) -> re.Pattern[str]:
+    return re.compile(rf"\s*<{key}>(.*?)</{key}>\s*<{value}>(.*?)</{value}>\s*", re.DOTALL)
 
 
 class Glm(Format):
@@ -48,27 +82,7 @@ class Glm(Format):
             return None
         body = region[len(OPEN) :].rstrip()
         body = body.removesuffix(CLOSE)
-        m = _HEAD.match(body)
-        if m is None:
-            return None
-        name, rest = m.group(1), m.group(2)
-        if not rest:
-            return [RawCall(name, {})]
-        if rest.startswith("{"):
-            return [RawCall(name, rest.strip())]
-        if not rest.startswith("<arg_key>"):
-            return None
-        args: dict[str, Any] = {}
-        pos = 0
-        for p in _PAIR.finditer(rest):
-            if p.start() != pos:
-                return None
-            pos = p.end()
-            key = p.group(1).strip()
-            args[key] = typed_value(strip_value(p.group(2)), tools, name, key)
-        if pos != len(rest) or not args:
-            return None
-        return [RawCall(name, args)]
+        return kv_calls(body, tools)
 
 
 FORMATS: list[Format] = [Glm()]

@@ -1,0 +1,39 @@
+"""NVIDIA Llama-Nemotron (Nano/Super) calls:
+
+``<TOOLCALL>[{"name": "f", "arguments": {…}}, …]</TOOLCALL>``
+
+(vLLM ``examples/tool_chat_template_llama_nemotron_*`` and
+``tool_parsers/nemotron_json_tool_parser.py``; llama.cpp's Nemotron
+handler.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..context import ToolSpec
+from ._family import loads
+from .base import EndFinder, Format, RawCall, calls_from_value
+from .scan import UntilMarker
+
+OPEN = "<TOOLCALL>"
+CLOSE = "</TOOLCALL>"
+
+
+class Nemotron(Format):
+    name: ClassVar[str] = "nemotron"
+    markers: ClassVar[tuple[str, ...]] = (OPEN,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(OPEN):
+            return None
+        value = loads(region[len(OPEN) :].strip().removesuffix(CLOSE))
+        return calls_from_value(value) if value is not None else None
+
+
+FORMATS: list[Format] = [Nemotron()]

@@ -1,0 +1,47 @@
+"""ByteDance Seed-OSS (and Doubao Seed) calls:
+
+``<seed:tool_call>\\n<function=NAME>\\n<parameter=k>v</parameter>\\n</function>\\n</seed:tool_call>``
+
+The Qwen3-Coder XML body inside Seed's own wrapper; several ``<function=…>``
+blocks may share one wrapper. Values are decoded as JSON unless the schema
+says string (vLLM ``tool_parsers/seed_oss_tool_parser.py``; llama.cpp's
+Seed-OSS handler; picoclaw issue #3153 shows it leaking as text).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..context import ToolSpec
+from ._family import strip_value, typed_value, xml_calls
+from .base import EndFinder, Format, RawCall
+from .scan import UntilMarker
+
+OPEN = "<seed:tool_call>"
+CLOSE = "</seed:tool_call>"
+
+_FUNCTION = re.compile(r"<function\s*=\s*([^>\s]+)\s*>(.*?)(?:</function>|\Z)", re.DOTALL)
+_PARAM = re.compile(r"<parameter\s*=\s*([^>\s]+)\s*>(.*?)</parameter>", re.DOTALL)
+
+
+class SeedOss(Format):
+    name: ClassVar[str] = "seed_oss"
+    markers: ClassVar[tuple[str, ...]] = (OPEN,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(OPEN):
+            return None
+
+        def value(m: re.Match[str], name: str) -> Any:
+            return typed_value(strip_value(m.group(2)), tools, name, m.group(1).strip())
+
+        return xml_calls(region[len(OPEN) :], _FUNCTION, _PARAM, value)
+
+
+FORMATS: list[Format] = [SeedOss()]
