@@ -1,0 +1,269 @@
+"""The false-positive corpus (issue 4): several megabytes of real text
+streamed through the chain in token-sized pieces, without tools and with
+tools offered, come out byte-identical with zero cuts.
+
+The corpus: the Python standard library's own sources, read from the
+running interpreter's installation (its regression-test suites and
+site-packages left out: tests are full of deliberately repeated literal
+data), JSON arrays of similar objects, CSV records, and markdown documents
+with tables, rules, lists and code blocks. The one stdlib module whose text
+*is* a loop by issue 4's definition (``encodings/iso8859_8.py``: 28
+identical lines of ``'\\ufffe'``) is not hidden: a test below pins that it
+is cut, and why.
+
+Run ``python -m tests.test_corpus_false_positives`` for the figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streamfix.chain import KEEPALIVE, PASS, Chain
+from streamfix.chunks import ChoiceView, ChunkView, DeltaView
+from streamfix.context import Context
+from streamfix.transforms.repetition import _Channel
+
+from .streamutil import SHAPES_REQUEST
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+#: Bytes of stdlib source streamed through the chain (the whole non-test
+#: stdlib, ~13 MB, goes through the cutter alone in a separate test).
+STDLIB_BUDGET = 5_000_000
+#: The stdlib module that is a loop by definition (see module doc).
+KNOWN_LOOP = "encodings/iso8859_8.py"
+#: Token-sized pieces, 1..8 characters, in a fixed pseudo-random order.
+_SIZES = [random.Random(7).randint(1, 8) for _ in range(4096)]
+
+
+def stdlib_files() -> list[Path]:
+    """The stdlib's own modules, tests and third-party packages left out."""
+    out = []
+    for f in sorted(STDLIB.rglob("*.py")):
+        rel = f.relative_to(STDLIB)
+        parts = rel.parts
+        if parts[0] in ("site-packages", "dist-packages", "test") or any(
+            p in ("tests", "idle_test") for p in parts
+        ):
+            continue
+        if rel.as_posix() == KNOWN_LOOP:
+            continue
+        out.append(f)
+    return out
+
+
+def stdlib_docs(budget: int) -> list[str]:
+    docs, size = [], 0
+    for f in stdlib_files():
+        text = f.read_text(encoding="utf-8", errors="replace")
+        docs.append(text)
+        size += len(text.encode())
+        if size >= budget:
+            break
+    return docs
+
+
+_WORDS = [
+    *("order ticket cache refresh customer status pending shipped delivered invoice".split()),
+    *("amount total discount region north south east west priority low medium high".split()),
+    *("alpha beta gamma delta the a of to and in for with on by from".split()),
+]
+
+
+def _sentence(rnd: random.Random, n: int) -> str:
+    return " ".join(rnd.choice(_WORDS) for _ in range(n)).capitalize() + "."
+
+
+def json_docs() -> list[str]:
+    rnd = random.Random(1)
+    docs = []
+    for k in range(40):
+        records = [
+            {
+                "id": 10_000 + k * 1000 + i,
+                "customer": f"{rnd.choice(_WORDS)}_{rnd.randint(1, 999)}",
+                "status": rnd.choice(["pending", "shipped", "delivered", "cancelled"]),
+                "amount": round(rnd.uniform(1, 500), 2),
+                "items": [
+                    {"sku": f"SKU-{rnd.randint(1000, 9999)}", "qty": rnd.randint(1, 5)}
+                    for _ in range(rnd.randint(1, 3))
+                ],
+                "note": _sentence(rnd, rnd.randint(3, 9)) if rnd.random() < 0.5 else None,
+                "active": rnd.random() < 0.8,
+            }
+            for i in range(rnd.randint(20, 80))
+        ]
+        opt = orjson.OPT_INDENT_2 if k % 2 else 0
+        docs.append(orjson.dumps(records, option=opt).decode())
+    return docs
+
+
+def csv_docs() -> list[str]:
+    rnd = random.Random(2)
+    docs = []
+    for _ in range(20):
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["date", "region", "product", "units", "unit_price", "total", "comment"])
+        for _ in range(rnd.randint(150, 400)):
+            units = rnd.randint(1, 40)
+            price = round(rnd.uniform(0.5, 80), 2)
+            w.writerow(
+                [
+                    f"2026-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}",
+                    rnd.choice(["north", "south", "east", "west"]),
+                    rnd.choice(["widget", "gadget", "gizmo", "doohickey"]),
+                    units,
+                    price,
+                    round(units * price, 2),
+                    rnd.choice(["", "", "late", "returned, refunded", _sentence(rnd, 4)]),
+                ]
+            )
+        docs.append(buf.getvalue())
+    return docs
+
+
+CODE = "\n```python\nfor row in rows:\n    total += row.amount\n    count += 1\n```\n\n"
+
+
+def markdown_docs() -> list[str]:
+    rnd = random.Random(3)
+    docs = []
+    for n in range(60):
+        intro = _sentence(rnd, 20) + " " + _sentence(rnd, 15)
+        parts = [f"# Report {n}\n\n", intro + "\n\n", "---\n\n"]
+        for s in range(rnd.randint(3, 6)):
+            parts.append(f"## Section {s + 1}\n\n{_sentence(rnd, 25)}\n\n")
+            cols = rnd.randint(3, 6)
+            parts.append("| " + " | ".join(f"col{c}" for c in range(cols)) + " |\n")
+            parts.append("|" + "|".join([" --- "] * cols) + "|\n")
+            for _ in range(rnd.randint(5, 25)):
+                cells = [
+                    rnd.choice([str(rnd.randint(0, 999)), rnd.choice(_WORDS), "", "-", "n/a"])
+                    for _ in range(cols)
+                ]
+                parts.append("| " + " | ".join(cells) + " |\n")
+            parts.append("\n")
+            for _ in range(rnd.randint(2, 6)):
+                parts.append(f"- {_sentence(rnd, rnd.randint(3, 8))}\n")
+            for i in range(1, rnd.randint(2, 8)):
+                parts.append(f"{i}. {_sentence(rnd, rnd.randint(3, 8))}\n")
+            parts.append(CODE)
+            parts.append("=" * 80 + "\n\n" if rnd.random() < 0.3 else "***\n\n")
+        docs.append("".join(parts))
+    return docs
+
+
+def corpus() -> dict[str, list[str]]:
+    return {
+        "stdlib": stdlib_docs(STDLIB_BUDGET),
+        "json": json_docs(),
+        "csv": csv_docs(),
+        "markdown": markdown_docs(),
+    }
+
+
+def _pieces(text: str) -> Iterator[str]:
+    i, k = 0, 0
+    n = len(text)
+    while i < n:
+        size = _SIZES[k & 4095]
+        yield text[i : i + size]
+        i += size
+        k += 1
+
+
+def _content_of(out: dict[str, Any]) -> str:
+    return "".join((c.get("delta") or {}).get("content") or "" for c in out.get("choices") or [])
+
+
+def stream_through_chain(text: str, request: dict[str, Any] | None) -> tuple[str, Context]:
+    """Stream ``text`` through a sans-I/O ``Chain`` as one reply in
+    token-sized pieces; what a client receives as content."""
+    ctx = Context.of(request, {})
+    chain = Chain(ctx)
+    got: list[str] = []
+    for piece in _pieces(text):
+        view = ChunkView(choices=[ChoiceView(index=0, delta=DeltaView(content=piece))])
+        original = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        for out in chain.feed(view, original):
+            if out is PASS:
+                got.append(piece)
+            elif out is not KEEPALIVE:
+                assert isinstance(out, dict)
+                got.append(_content_of(out))
+        assert not chain.stopped
+    fin = ChunkView(choices=[ChoiceView(index=0, delta=DeltaView(), finish_reason="stop")])
+    for out in chain.feed(fin, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}):
+        if isinstance(out, dict):
+            got.append(_content_of(out))
+    for out in chain.close():
+        if isinstance(out, dict):
+            got.append(_content_of(out))
+    return "".join(got), ctx
+
+
+def run_corpus(request: dict[str, Any] | None) -> tuple[int, int, list[str]]:
+    """(bytes streamed, cuts, names of documents that changed)."""
+    total = cuts = 0
+    changed: list[str] = []
+    for kind, docs in corpus().items():
+        for n, doc in enumerate(docs):
+            got, ctx = stream_through_chain(doc, request)
+            total += len(doc.encode())
+            cuts += ctx.report.counts["loop_cut"]
+            if got != doc:
+                changed.append(f"{kind}[{n}]")
+    return total, cuts, changed
+
+
+def test_corpus_without_tools_is_byte_identical_with_no_cut() -> None:
+    total, cuts, changed = run_corpus(None)
+    assert total >= 5_000_000
+    assert cuts == 0
+    assert changed == []
+
+
+def test_corpus_with_tools_offered_is_byte_identical_with_no_cut() -> None:
+    total, cuts, changed = run_corpus(SHAPES_REQUEST)
+    assert total >= 5_000_000
+    assert cuts == 0
+    assert changed == []
+
+
+def test_whole_stdlib_through_the_cutter() -> None:
+    """Every non-test stdlib module (~13 MB), one delta each (checks run
+    at the same absolute positions whatever the chunking): no loop."""
+    hits = [f.name for f in stdlib_files() if _Channel().feed(f.read_text("utf-8", "replace"))]
+    assert hits == []
+
+
+def test_the_stdlib_module_that_is_a_loop() -> None:
+    """``encodings/iso8859_8.py`` decodes 28 unassigned bytes as 28
+    identical lines ``    '\\ufffe'`` in a row: 13-character period, 364
+    characters of exact repetition. Under issue 4's bound (at most 400
+    characters past a loop's start may reach the client) no threshold can
+    let it through without also letting a real 13-character loop run past
+    the bound, so it is cut, by design."""
+    path = STDLIB / KNOWN_LOOP
+    if not path.exists():  # pragma: no cover - other interpreters
+        return
+    hit = _Channel().feed(path.read_text("utf-8"))
+    assert hit is not None and hit[0] == 13
+
+
+if __name__ == "__main__":
+    for req in (None, SHAPES_REQUEST):
+        t0 = time.perf_counter()
+        total, cuts, changed = run_corpus(req)
+        dt = time.perf_counter() - t0
+        tools = "yes" if req else "no "
+        print(f"tools={tools} bytes={total} cuts={cuts} changed={len(changed)} {dt:.1f}s")
