@@ -72,9 +72,55 @@ def stdlib_docs(budget: int) -> list[str]:
 
 
 _WORDS = [
-    *("order ticket cache refresh customer status pending shipped delivered invoice".split()),
-    *("amount total discount region north south east west priority low medium high".split()),
-    *("alpha beta gamma delta the a of to and in for with on by from".split()),
+    *(
+        [
+            "order",
+            "ticket",
+            "cache",
+            "refresh",
+            "customer",
+            "status",
+            "pending",
+            "shipped",
+            "delivered",
+            "invoice",
+        ]
+    ),
+    *(
+        [
+            "amount",
+            "total",
+            "discount",
+            "region",
+            "north",
+            "south",
+            "east",
+            "west",
+            "priority",
+            "low",
+            "medium",
+            "high",
+        ]
+    ),
+    *(
+        [
+            "alpha",
+            "beta",
+            "gamma",
+            "delta",
+            "the",
+            "a",
+            "of",
+            "to",
+            "and",
+            "in",
+            "for",
+            "with",
+            "on",
+            "by",
+            "from",
+        ]
+    ),
 ]
 
 
