@@ -28,6 +28,7 @@ B2 = (CAPTURES / "b2_tools_named_choice_stream_default_format.sse").read_bytes()
 PLAIN = (CAPTURES / "a_plain_stream.sse").read_bytes()
 C2 = (CAPTURES / "c2_tools_named_choice_nostream_default_format.json").read_bytes()
 TEXT_CALL = (CAPTURES / "d_toolcall_as_text.sse").read_bytes()
+LOOP = (CAPTURES / "e_repetition_cat_mat_exact_loop.sse").read_bytes()
 
 WEATHER = [tool("get_weather", {"city": {"type": "string"}}, ["city"])]
 TOOLS_REQUEST: dict[str, Any] = {
@@ -315,6 +316,33 @@ async def test_server_middleware_ends_a_broken_stream_and_stops_the_handler(
         assert isinstance(script.stop_exc, StreamCut)
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/careless/v1/chat/completions"])
+async def test_server_middleware_cuts_a_loop_and_stops_the_handler(serve: Any, path: str) -> None:
+    """llama.cpp's exact loop (capture e_): the client gets the text up to
+    the cut and a clean ``[DONE]``; the handler is told to stop at once,
+    long before its stream would have ended."""
+    reports: list[Report] = []
+
+    @web.middleware
+    async def spy(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        finally:
+            reports.append(request[REPORT_KEY])
+
+    script = Script(LOOP, piece=256, tail=200)
+    server = await serve(script, [spy, streamfix_middleware()])
+    started = time.monotonic()
+    _, data = await post(server, path, PLAIN_REQUEST)
+    a = assemble(data)
+    assert a.done and not a.errors
+    assert 0 < len(a.content) < len(assemble(LOOP).content)
+    assert reports and reports[0].cut is not None and reports[0].cut["cut"] == "repetition"
+    assert script.stopped_at is not None and script.stopped_at - started < 1.5
+    if path == "/v1/chat/completions":
+        assert isinstance(script.stop_exc, StreamCut)
+
+
 async def test_server_middleware_exposes_the_report(serve: Any) -> None:
     reports: list[Report] = []
 
@@ -457,6 +485,27 @@ async def test_client_middleware_closes_the_upstream_when_the_stream_ends_early(
         await asyncio.sleep(0.01)
     assert script.stopped_at is not None and script.stopped_at - ended < 0.2
     assert report is not None
+
+
+async def test_client_middleware_cuts_a_loop_and_closes_the_upstream(serve: Any) -> None:
+    script = Script(LOOP, piece=256, tail=500)
+    server = await serve(script)
+    async with (
+        aiohttp.ClientSession(middlewares=(streamfix_client_middleware(),)) as session,
+        session.post(server.make_url("/v1/chat/completions"), json=PLAIN_REQUEST) as resp,
+    ):
+        data = b"".join([line async for line in resp.content])
+        ended = time.monotonic()
+        report = report_of(resp)
+    a = assemble(data)
+    assert a.done and not a.errors
+    assert 0 < len(a.content) < len(assemble(LOOP).content)
+    assert report is not None and report.cut is not None
+    for _ in range(50):
+        if script.stopped_at is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert script.stopped_at is not None and script.stopped_at - ended < 0.1
 
 
 async def test_client_middleware_report(serve: Any) -> None:
