@@ -13,6 +13,8 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfix.context import Report
 from streamfix.server.middleware import (
@@ -22,7 +24,7 @@ from streamfix.server.middleware import (
     streamfix_client_middleware,
     streamfix_middleware,
 )
-from tests.streamutil import CAPTURES, Assembled, assemble, chunk, sse, tool
+from tests.streamutil import CAPTURES, Assembled, assemble, chunk, split_at, sse, tool
 
 B2 = (CAPTURES / "b2_tools_named_choice_stream_default_format.sse").read_bytes()
 PLAIN = (CAPTURES / "a_plain_stream.sse").read_bytes()
@@ -217,6 +219,35 @@ async def test_server_middleware_leaves_a_plain_stream_byte_identical(
     server = await serve(Script(PLAIN, piece=piece), [streamfix_middleware()])
     _, data = await post(server, "/v1/chat/completions", PLAIN_REQUEST)
     assert data == PLAIN
+
+
+@settings(max_examples=25)
+@given(cuts=st.lists(st.integers(1, len(B2) - 1), max_size=40))
+def test_server_middleware_any_write_boundaries(cuts: list[int]) -> None:
+    """Whatever the handler's write boundaries (inside a UTF-8 sequence, an
+    event, a field name), the client assembles the same single call."""
+    parts = split_at(B2, cuts)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for part in parts:
+            await resp.write(part)
+        return resp
+
+    async def go() -> bytes:
+        app = web.Application(middlewares=[streamfix_middleware()])
+        app.router.add_post("/v1/chat/completions", handler)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            return (await post(server, "/v1/chat/completions", TOOLS_REQUEST))[1]
+        finally:
+            await server.close()
+
+    a = assemble(asyncio.run(go()))
+    assert a.calls() == [("get_weather", {"city": "Paris"})]
+    assert a.finish_reason == "tool_calls" and a.done
 
 
 async def test_server_middleware_with_compression(serve: Any) -> None:
