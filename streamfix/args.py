@@ -19,6 +19,34 @@ import orjson
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
 
+class _Invalid:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
+#: ``parse_value``'s answer for text with no unambiguous reading.
+INVALID: Any = _Invalid()
+
+
+def parse_value(text: str) -> Any:
+    """Any JSON value in ``text`` (an object, a list, a string…), read
+    leniently: JSON, then JSON without trailing commas, then a Python
+    literal (single quotes, ``True``/``None``). ``INVALID`` if none fits."""
+    s = text.strip()
+    if not s:
+        return INVALID
+    try:
+        return orjson.loads(s)
+    except orjson.JSONDecodeError:
+        pass
+    value = _repair(s)
+    if value is None and s not in ("None", "null"):
+        return INVALID
+    return value
+
+
 def parse_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     """The arguments object in ``text``, and whether a repair was needed.
 
@@ -35,6 +63,8 @@ def parse_object(text: str) -> tuple[dict[str, Any] | None, bool]:
         repaired = True
     if isinstance(value, str):
         # Arguments given as a JSON string holding the object.
+        if value.strip() == text.strip():
+            return None, False
         inner, _ = parse_object(value)
         return inner, True
     if isinstance(value, dict):
@@ -54,7 +84,18 @@ def _repair(s: str) -> Any:
         value = ast.literal_eval(s)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
-    return value if _json_safe(value) else None
+    if not _json_safe(value):
+        return None
+    return _lists(value)
+
+
+def _lists(value: Any) -> Any:
+    """A Python literal's tuples as lists (JSON has no tuples)."""
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return value
 
 
 def _strip_trailing_commas(s: str) -> str:
@@ -180,3 +221,121 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
 
 def dumps(args: dict[str, Any]) -> str:
     return orjson.dumps(args).decode()
+
+
+def to_object(raw: Any) -> tuple[dict[str, Any] | None, bool]:
+    """Arguments as a format handed them over (a dict, text to parse,
+    ``None`` for none) -> the object and whether a repair was needed."""
+    if raw is None:
+        return {}, False
+    if isinstance(raw, dict):
+        return (raw, False) if _json_safe(raw) else (None, False)
+    if isinstance(raw, str):
+        return parse_object(raw)
+    return None, False
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
+}
+
+
+def validate(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What is wrong with ``args`` for ``schema`` (empty list: nothing).
+
+    A deliberately small subset of JSON Schema, the part tool schemas use:
+    ``required``, ``properties`` with ``type`` and ``enum`` (one level deep,
+    the level a model gets wrong), and ``additionalProperties: false``.
+    Anything else in the schema is accepted as is.
+    """
+    if not isinstance(schema, dict):
+        return []
+    errors: list[str] = []
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    if isinstance(required, list):
+        errors.extend(f"missing {k}" for k in required if isinstance(k, str) and k not in args)
+    if schema.get("additionalProperties") is False:
+        errors.extend(f"unexpected {k}" for k in args if k not in props)
+    for key, value in args.items():
+        prop = props.get(key)
+        if not isinstance(prop, dict):
+            continue
+        typ = prop.get("type")
+        types = typ if isinstance(typ, list) else [typ] if isinstance(typ, str) else []
+        if types and not any(_is_type(value, t) for t in types):
+            errors.append(f"{key}: not {'/'.join(map(str, types))}")
+        enum = prop.get("enum")
+        if isinstance(enum, list) and value not in enum:
+            errors.append(f"{key}: not one of the enum")
+    return errors
+
+
+def _is_type(value: Any, typ: str) -> bool:
+    py = _JSON_TYPES.get(typ)
+    if py is None:
+        return True
+    if isinstance(value, bool) and typ in ("integer", "number"):
+        return False
+    return isinstance(value, py)
+
+
+def parse_call_args(text: str) -> tuple[list[Any], dict[str, Any]] | None:
+    """The arguments of a call written as code, ``text`` being what stands
+    between its parentheses: Python keyword arguments (``order_id="D-4"``,
+    ``key=True``), JSON-ish values, or positional literals. Returns
+    ``(positional, keywords)``; None when any argument is not a literal
+    (a variable, an expression): that is code, not a call to lift."""
+    src = text.strip()
+    if not src:
+        return [], {}
+    try:
+        node = ast.parse(f"f({src})", mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return _json_args(src)
+    if not isinstance(node, ast.Call):
+        return None
+    return call_node_args(node)
+
+
+def call_node_args(node: ast.Call) -> tuple[list[Any], dict[str, Any]] | None:
+    """Literal positional and keyword arguments of a parsed call (see
+    ``parse_call_args``)."""
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    try:
+        for a in node.args:
+            positional.append(_literal(a))
+        for kw in node.keywords:
+            if kw.arg is None:
+                return None
+            keywords[kw.arg] = _literal(kw.value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return positional, keywords
+
+
+_JSON_NAMES = {"true": True, "false": False, "null": None}
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]  # JSON spellings inside Python syntax
+    value = ast.literal_eval(node)
+    if not _json_safe(value):
+        raise ValueError("not JSON")
+    return _lists(value)
+
+
+def _json_args(src: str) -> tuple[list[Any], dict[str, Any]] | None:
+    value = parse_value(src)
+    if isinstance(value, dict):
+        return [value], {}
+    return None

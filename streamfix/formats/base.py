@@ -15,6 +15,22 @@ A format (one module per shape or model family) declares:
 unmistakable call syntax (wrapper tags, special tokens), which is then
 markup (stripped, counted, sampled); ``False`` for bare candidates (JSON,
 a line of code), which were text after all and are released verbatim.
+``unoffered_is_markup`` says what a region that parses as a call to a tool
+the request did not offer is (default: ``wrapped``): tags such as
+``<tools>`` hold prose too, so a parse failure there is text, but a call
+to an unknown tool inside them is still markup.
+
+``priority`` orders the formats (lower first, then by name): the registry
+tries the parsers of formats sharing a marker in that order.
+
+Optional hooks with defaults: ``partial_is_call(region, tools)`` decides
+whether an unfinished region at a ``length`` cut-off was a call (then it is
+a cut-off call, neither shown nor returned); ``opaque_finder(marker)`` is
+asked for when an end finder returns ``OPAQUE`` (a code fence in another
+language: the region and everything up to the finder's end is plain text
+that is not searched for calls).
+
+Helpers for formats whose calls are JSON objects: ``calls_from_value``.
 
 Formats that share a marker (``<tool_call>`` opens Hermes JSON, Qwen3-Coder
 XML and GLM calls) must share its end rule; the registry tries their
@@ -23,6 +39,7 @@ parsers in order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -33,6 +50,12 @@ from ..context import ToolSpec
 #: call at all (a bare ``{`` followed by prose): the detector releases it
 #: as text at once instead of holding it to the end of the stream.
 ABORT = -1
+
+#: Returned by ``EndFinder.feed`` when the region is text that must not be
+#: searched for calls (a fenced code block in a programming language): the
+#: detector releases it and feeds ``Format.opaque_finder(marker)``, from the
+#: region's start, until that finder returns the end of the opaque section.
+OPAQUE = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +83,23 @@ class Format:
     markers: ClassVar[tuple[str, ...]] = ()
     leading: ClassVar[tuple[str, ...]] = ()
     wrapped: ClassVar[bool] = True
+    unoffered_is_markup: ClassVar[bool | None] = None  # None: same as ``wrapped``
+    priority: ClassVar[int] = 100
+
+    @property
+    def markup_if_unoffered(self) -> bool:
+        u = self.unoffered_is_markup
+        return self.wrapped if u is None else u
+
+    def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
+        """At a ``length`` cut-off inside an unfinished region: was this a
+        call (True: it is dropped as a cut-off call) or text (released)?"""
+        return self.wrapped
+
+    def opaque_finder(self, marker: str) -> EndFinder:
+        """The finder of an opaque section's end (see ``OPAQUE``); fed the
+        region again from its start."""
+        raise NotImplementedError
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
         return ()
@@ -71,3 +111,79 @@ class Format:
         """The calls in a complete region (marker included), or None when
         the region is not this format's call syntax."""
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<format {self.name}>"
+
+
+#: Keys under which models write a call's name / its arguments.
+NAME_KEYS = ("name", "function_name", "tool_name", "tool", "function")
+ARG_KEYS = ("arguments", "parameters", "args", "input", "params")
+
+
+def call_from_object(obj: Any) -> RawCall | None:
+    """One call from a JSON object as models write it: ``{"name": …,
+    "arguments"|"parameters": …}`` in any key order, or the OpenAI shape
+    ``{"type": "function", "function": {"name": …, "arguments": "<json>"}}``.
+    None when the object is not call-shaped (it has other keys too)."""
+    if not isinstance(obj, dict):
+        return None
+    fn = obj.get("function")
+    if isinstance(fn, dict) and set(obj) <= {"type", "function", "id", "index"}:
+        obj = fn
+    name: Any = None
+    for k in NAME_KEYS:
+        v = obj.get(k)
+        if isinstance(v, str) and v:
+            name = v
+            break
+    if name is None:
+        return None
+    args: Any = None
+    arg_key = None
+    for k in ARG_KEYS:
+        if k in obj:
+            args, arg_key = obj[k], k
+            break
+    used = {k for k in NAME_KEYS if obj.get(k) == name}
+    extra = set(obj) - used - {arg_key, "type", "id", "index"}
+    if extra:
+        return None
+    return RawCall(name, args)
+
+
+def calls_from_value(value: Any) -> list[RawCall] | None:
+    """The calls in a decoded JSON value: one call object, a list of them,
+    or ``{"tool_calls": [...]}``. None unless every element is a call."""
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return None
+    calls = []
+    for item in items:
+        c = call_from_object(item)
+        if c is None:
+            return None
+        calls.append(c)
+    return calls
+
+
+_INDEX_SUFFIX = re.compile(r":\d+\Z")  # Kimi's functions.NAME:0
+_NS_SEP = re.compile(r"[.:/]")
+
+
+def resolve_name(name: str, tools: Mapping[str, ToolSpec]) -> str | None:
+    """The offered tool a written name refers to, or None. ``functions.x``,
+    ``tools:x``, ``default_api.x``, ``ns.x`` and ``functions.x:0`` name an
+    offered ``x``; an exact offered name always wins."""
+    name = name.strip().strip("\"'`")
+    if name in tools:
+        return name
+    for cand in (name, _INDEX_SUFFIX.sub("", name)):
+        if cand in tools:
+            return cand
+        last = _NS_SEP.split(cand)[-1]
+        if last in tools:
+            return last
+    return None

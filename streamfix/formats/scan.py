@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 
-from .base import ABORT
+from .base import ABORT, EndFinder
 
 
 class UntilMarker:
     """The region ends just after the first of ``closes`` (e.g. ``</tool_call>``)."""
 
-    __slots__ = ("_closes", "_keep", "_tail", "_skip")
+    __slots__ = ("_closes", "_keep", "_skip", "_tail")
 
     def __init__(self, *closes: str, skip: int = 0) -> None:
         self._closes = closes
@@ -59,7 +59,7 @@ class Balanced:
     nesting (deeper: ``ABORT``).
     """
 
-    __slots__ = ("_skip", "_depth", "_quote", "_esc", "_started", "_first", "_quotes", "_max_depth")
+    __slots__ = ("_depth", "_esc", "_first", "_max_depth", "_quote", "_quotes", "_skip", "_started")
 
     def __init__(
         self, skip: int = 0, first: str | None = None, quotes: str = "\"'", max_depth: int = 64
@@ -120,3 +120,86 @@ class Balanced:
             elif c in self._quotes:
                 self._quote = c
         return None
+
+
+class BalancedLine:
+    """``Balanced``, then the rest of the line must be blank: a call written
+    as one line of code (``lookup_order(order_id="D-4")``) ends its line;
+    ``lookup_order(id) returns…`` in prose does not, and is ``ABORT``-ed
+    as soon as the next non-blank character shows it. The region ends at
+    the newline (blanks before it belong to the region, the newline stays
+    text), wherever the pieces were cut."""
+
+    __slots__ = ("_closed", "_inner")
+
+    def __init__(self, skip: int = 0, quotes: str = "\"'") -> None:
+        self._inner = Balanced(skip=skip, quotes=quotes)
+        self._closed = False
+
+    def feed(self, text: str) -> int | None:
+        start = 0
+        if not self._closed:
+            end = self._inner.feed(text)
+            if end is None or end == ABORT:
+                return end
+            self._closed = True
+            start = end
+        m = _BLANKS.match(text, start)
+        assert m is not None
+        i = m.end()
+        if i == len(text):
+            return None  # blank so far: the next piece (or the end) decides
+        return i if text[i] == "\n" else ABORT
+
+
+_BLANKS = re.compile(r"[ \t\r]*")
+
+
+def split_values(text: str) -> list[str] | None:
+    """Consecutive bracketed values in ``text`` (``{…} {…}`` or ``{…}\\n{…}``),
+    separated only by blanks or commas. None if anything else is there."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and (text[i].isspace() or text[i] == ","):
+            i += 1
+        if i >= n:
+            return out or None
+        if text[i] not in "{[":
+            return None
+        end = Balanced().feed(text[i:])
+        if end is None or end == ABORT:
+            return None
+        out.append(text[i : i + end])
+        i += end
+
+
+class FirstNonBlank:
+    """Wraps a finder: the first non-blank character after ``skip``
+    characters must be one of ``allowed`` (else ``ABORT`` at once). Lets a
+    format that holds a region to its closing tag give up early on prose
+    (``<response>`` followed by XML instead of JSON)."""
+
+    __slots__ = ("_allowed", "_decided", "_inner", "_skip")
+
+    def __init__(self, inner: EndFinder, skip: int, allowed: str) -> None:
+        self._inner = inner
+        self._skip = skip
+        self._allowed = allowed
+        self._decided = False
+
+    def feed(self, text: str) -> int | None:
+        if not self._decided:
+            i = min(self._skip, len(text))
+            self._skip -= i
+            m = _SPACES.match(text, i)
+            assert m is not None
+            j = m.end()
+            if j < len(text):
+                if text[j] not in self._allowed:
+                    return ABORT
+                self._decided = True
+        return self._inner.feed(text)
+
+
+_SPACES = re.compile(r"\s*")

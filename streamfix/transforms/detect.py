@@ -1,19 +1,461 @@
-"""Placeholder: passes every delta through unchanged (filled in by its issue)."""
+"""The tool-tag detector: tool calls written as text in ``content`` become
+structured ``tool_calls``, while the text streams.
+
+One pass over the text as it arrives (DESIGN.md, "The detector, sketched"):
+
+- **Outside a call**, one compiled regex (a trie of every marker that
+  applies to this request: the registry's fixed markers, markers made from
+  the offered tool names, and while nothing but whitespace has been
+  released, the leading markers ``{``, ``[``, ``{{``…) finds the next
+  marker in the new text only. Text is released at once, except the
+  longest suffix that is a proper prefix of a marker, and the run of
+  blanks just before it (at most ``MAX_GAP_WS`` characters: the layout
+  between text and a call, dropped when a call follows). A chunk with
+  nothing to hold is forwarded as the same ``str`` object, which keeps the
+  chain on its fast path.
+- **Inside a region** (from a marker on), the format's ``EndFinder`` is fed
+  each piece once; the text is held, at most ``Options.max_call_chars``.
+  When the region ends it is parsed once, by each format sharing the
+  marker in priority order. A call: names resolved among the offered tools,
+  arguments repaired, converted and validated by ``args``; lifted through
+  ``Delta.add_call``; ``finish_reason`` becomes ``tool_calls`` at the end.
+  Not a call: inside unmistakable syntax it is markup (stripped, counted as
+  ``stripped.unparsed_call``, sampled); a bare candidate is text, released
+  verbatim.
+- **At the end of the stream** inside a region: a complete call whose
+  closing tag never came is a call; an unfinished one under a ``length``
+  finish is a cut-off call (``Report.truncated_call``; nothing shown, no
+  call); otherwise markup or text as above.
+- **Unrecognised markup** (``<|…|>``, ``<｜…｜>``, ``<…tool…>`` tags,
+  ``[TOOL_CALLS]``…) left in released text is counted and sampled in the
+  Report (the proxy's metrics read it); it is not stripped here (the
+  residue stripper does that).
+
+Cost per chunk is proportional to the chunk (plus the longest marker), never
+to the text so far: nothing released is searched again, the finders keep
+their own state, and the text of a region is joined once, when it ends.
+"""
 
 from __future__ import annotations
 
-from ..context import Context
-from ..delta import Delta
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..args import coerce, dumps, to_object, validate
+from ..context import Context, ToolSpec
+from ..delta import Delta, ToolCall
+from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
+from ..formats.base import resolve_name
+
+#: Blanks held just before a possible call: the newline between "Saving
+#: that now." and the call that follows it is layout, not content. Longer
+#: runs of blanks are released (their tail is still held).
+MAX_GAP_WS = 32
+
+#: Matchers kept per distinct set of offered tool names (requests of one
+#: deployment offer the same few sets).
+MATCHER_CACHE = 64
+
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NOT_AFTER_WORD = r"(?<![A-Za-z0-9_])"
+
+#: Call syntax that no format recognised (counted and sampled, not stripped).
+UNRECOGNISED = re.compile(
+    r"<\|[^|<>\n]{1,48}\|>"
+    r"|<｜[^｜<>\n]{1,48}｜>"
+    r"|</?[A-Za-z_]*(?:tool|function)[A-Za-z_]*(?:[ =][^<>\n]{0,48})?>"
+    r"|\[/?(?:TOOL_[A-Z_]+|ARGS|CALL_ID|AVAILABLE_TOOLS|/?INST)\]"
+)
+#: Characters that can start UNRECOGNISED; released text without them is
+#: not searched. Text kept between pieces so a token split over two chunks
+#: is still seen: at most this long.
+_UNRECOGNISED_START = re.compile(r"[<\[]")
+_CARRY_MAX = 64
+
+
+def _trie(words: Iterable[str]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for w in words:
+        node = root
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}
+    return root
+
+
+def _rx(node: dict[str, Any], partial: bool, top: bool = False) -> str:
+    """Regex of a trie: ``partial=False`` matches a whole marker (longest
+    first); ``partial=True`` any non-empty prefix of one."""
+    alts = []
+    for c in sorted(k for k in node if k):
+        guard = _NOT_AFTER_WORD if top and c in _WORD else ""
+        sub = _rx(node[c], partial)
+        if partial:
+            alts.append(f"{guard}{re.escape(c)}(?:{sub})?" if sub else f"{guard}{re.escape(c)}")
+        else:
+            alts.append(f"{guard}{re.escape(c)}{sub}")
+    if not partial and "" in node and not top:
+        alts.append("")
+    if not alts:
+        return ""
+    return alts[0] if len(alts) == 1 and not top else "(?:" + "|".join(alts) + ")"
+
+
+def _prefixes(words: Iterable[str]) -> frozenset[str]:
+    return frozenset(w[:i] for w in words for i in range(1, len(w)))
+
+
+class Matcher:
+    """The compiled markers of one request (see module docstring)."""
+
+    __slots__ = (
+        "find", "groups", "lead", "lead_prefixes", "lead_tail", "maxlen", "prefixes", "tail"
+    )
+
+    def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
+        mk = markers_for(tools)
+        self.groups: Mapping[str, tuple[Format, ...]] = mk.groups
+        anywhere = mk.anywhere
+        every = tuple(dict.fromkeys((*mk.anywhere, *mk.leading)))
+        self.maxlen = max((len(m) for m in every), default=1)
+        never = r"(?!x)x"
+        self.find = re.compile(_rx(_trie(anywhere), False, True) or never)
+        self.tail = re.compile("(?:" + (_rx(_trie(anywhere), True, True) or never) + r")\Z")
+        self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
+        self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
+        self.prefixes = _prefixes(anywhere)
+        self.lead_prefixes = _prefixes(every)
+
+
+_matchers: dict[tuple[str, ...], Matcher] = {}
+
+
+def matcher_for(tools: Mapping[str, ToolSpec]) -> Matcher:
+    """The matcher for this set of tool names (cached)."""
+    key = tuple(sorted(tools))
+    m = _matchers.get(key)
+    if m is None:
+        if len(_matchers) >= MATCHER_CACHE:
+            _matchers.pop(next(iter(_matchers)))
+        m = _matchers[key] = Matcher(tools)
+    return m
+
+
+def _trailing_ws(s: str, end: int) -> int:
+    """Start of the run of blanks ending at ``end`` (at most MAX_GAP_WS)."""
+    i = end
+    stop = max(0, end - MAX_GAP_WS)
+    while i > stop and s[i - 1].isspace():
+        i -= 1
+    return i
 
 
 class ToolTagDetector:
-    __slots__ = ("ctx",)
+    """Lifts tool calls written as text (see module docstring)."""
+
+    __slots__ = (
+        "_calls",
+        "_carry",
+        "_discard",
+        "_finder",
+        "_fmts",
+        "_gap",
+        "_held",
+        "_leading",
+        "_lifted",
+        "_marker",
+        "_opaque",
+        "_parts",
+        "_prev",
+        "_since_call",
+        "_size",
+        "_truncated",
+        "ctx",
+        "m",
+    )
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.m = matcher_for(ctx.tools)
+        self._held = ""  # outside a region: blanks + a marker's prefix
+        self._leading = True  # nothing but blanks released yet
+        self._since_call = False  # nothing but blanks since the last call
+        self._prev = ""  # the last character released (word boundaries)
+        self._finder: EndFinder | None = None
+        self._fmts: tuple[Format, ...] = ()
+        self._marker = ""
+        self._parts: list[str] = []
+        self._size = 0
+        self._gap = ""  # blanks before the region's marker
+        self._discard = False  # an oversized wrapped region, dropped as it comes
+        self._opaque: EndFinder | None = None
+        self._lifted = 0
+        self._truncated = False
+        self._carry = ""
+        self._calls: list[ToolCall] = []  # lifted in this delta
+
+    @property
+    def held(self) -> int:
+        """Characters held outside any region (the hold-back bound's subject)."""
+        return len(self._held)
+
+    @property
+    def hold_bound(self) -> int:
+        """The most ``held`` can be: blanks before a marker plus the longest
+        proper prefix of a marker."""
+        return MAX_GAP_WS + self.m.maxlen - 1
+
+    @property
+    def in_region(self) -> bool:
+        return self._finder is not None
+
+    # -- Transform ---------------------------------------------------------
 
     def feed(self, d: Delta) -> None:
-        return None
+        text = d.content
+        if not text:
+            return
+        out = self._process(text, False, False)
+        if self._calls:
+            self._flush(d)
+        if len(out) == 1 and out[0] is text:
+            return  # unchanged: the same object, the chain's fast path
+        d.content = "".join(out)
 
     def close(self, d: Delta) -> None:
+        text = d.content or ""
+        out = self._process(text, True, d.finish_reason == "length")
+        self._flush(d)
+        joined = "".join(out)
+        if joined != text:
+            d.content = joined
+        if self._truncated:
+            self.ctx.report.truncated_call = True
+        elif self._lifted:
+            d.finish_reason = "tool_calls"
+
+    def _flush(self, d: Delta) -> None:
+        for c in self._calls:
+            d.add_call(c)
+        self._calls = []
+
+    # -- the pass ----------------------------------------------------------
+
+    def _process(self, text: str, final: bool, length: bool) -> list[str]:
+        out: list[str] = []
+        s: str | None = text
+        while s is not None:
+            if self._finder is not None:
+                s = self._in_region(s, out, final, length)
+            elif self._opaque is not None:
+                e = self._opaque.feed(s)
+                if e is None or e < 0:
+                    self._release(out, s)
+                    s = None
+                else:
+                    self._release(out, s[:e])
+                    s = s[e:]
+                    self._opaque = None
+            else:
+                held = self._held
+                self._held = ""
+                s = self._scan(held + s if held else s, out, final)
+        if final and self._held:
+            held, self._held = self._held, ""
+            if not (self._since_call and held.isspace()):
+                self._release(out, held)
+        return out
+
+    def _scan(self, s: str, out: list[str], final: bool) -> str | None:
+        """Outside a region: release text, hold a marker's prefix, or start
+        a region (then return the region's text for the finder)."""
+        m = self.m
+        if self._leading:
+            lm = m.lead.match(s)
+            if lm is not None:
+                start = lm.start(1)
+                if final or s[start:] not in m.lead_prefixes:
+                    return self._start(s, start, lm.group(1), out)
+                self._hold(s, start, out)
+                return None
+            if not final and m.lead_tail.match(s):
+                self._hold(s, len(s) - len(s.lstrip()), out)
+                return None
+        prev = self._prev
+        fm = m.find.search(prev + s, len(prev)) if prev else m.find.search(s)
+        if fm is not None:
+            start = fm.start() - len(prev)
+            if final or s[start:] not in m.prefixes:
+                return self._start(s, start, fm.group(), out)
+            self._hold(s, start, out)
+            return None
+        if final:
+            self._held = s  # released (or dropped) by _process
+            return None
+        lo = max(0, len(s) - m.maxlen + 1)
+        tm = m.tail.search(prev + s, len(prev) + lo) if prev else m.tail.search(s, lo)
+        self._hold(s, len(s) if tm is None else tm.start() - len(prev), out)
         return None
+
+    def _hold(self, s: str, at: int, out: list[str]) -> None:
+        """Release ``s`` up to ``at`` less the blanks before it; hold the rest."""
+        if at > 0 and s[at - 1].isspace():
+            at = _trailing_ws(s, at)
+        if at >= len(s):
+            self._release(out, s)
+        else:
+            if at:
+                self._release(out, s[:at])
+            self._held = s[at:]
+
+    def _release(self, out: list[str], text: str) -> None:
+        if not text:
+            return
+        out.append(text)
+        self._prev = text[-1]
+        if (self._leading or self._since_call) and not text.isspace():
+            self._leading = self._since_call = False
+        if self._carry or _UNRECOGNISED_START.search(text):
+            self._watch(text)
+
+    def _watch(self, text: str) -> None:
+        buf = self._carry + text
+        base = len(self._carry)
+        report = self.ctx.report
+        for mm in UNRECOGNISED.finditer(buf):
+            if mm.end() > base:
+                report.sample_unrecognised(buf[mm.start() : mm.start() + 200])
+        cut = max(buf.rfind("<"), buf.rfind("["))
+        self._carry = buf[cut:] if cut >= 0 and len(buf) - cut <= _CARRY_MAX else ""
+
+    # -- regions -----------------------------------------------------------
+
+    def _start(self, s: str, start: int, marker: str, out: list[str]) -> str:
+        gap_at = _trailing_ws(s, start)
+        if gap_at:
+            self._release(out, s[:gap_at])
+        self._gap = s[gap_at:start]
+        self._fmts = self.m.groups[marker]
+        self._marker = marker
+        self._finder = self._fmts[0].end_finder(marker)
+        self._parts = []
+        self._size = 0
+        return s[start:]
+
+    def _clear(self) -> None:
+        self._finder = None
+        self._parts = []
+        self._size = 0
+        self._gap = ""
+        self._discard = False
+
+    def _in_region(self, s: str, out: list[str], final: bool, length: bool) -> str | None:
+        finder = self._finder
+        assert finder is not None
+        e = finder.feed(s) if s else None
+        if self._discard:
+            if e is None or e < 0:
+                if final:
+                    self._clear()
+                return None
+            self._clear()
+            return s[e:]
+        if e is None:
+            if s:
+                self._parts.append(s)
+                self._size += len(s)
+            if self._size > self.ctx.options.max_call_chars:
+                self._oversized(out)
+            elif final:
+                region = "".join(self._parts)
+                self._end(region, out, at_end=True, length=length)
+            return None
+        region = "".join(self._parts) + (s if e < 0 else s[:e])
+        if e == ABORT:
+            self._release(out, self._gap)
+            self._release(out, self._marker)
+            self._clear()
+            return region[len(self._marker) :]
+        if e == OPAQUE:
+            self._release(out, self._gap)
+            self._opaque = self._fmts[0].opaque_finder(self._marker)
+            self._clear()
+            return region
+        self._end(region, out, at_end=False, length=length)
+        return s[e:]
+
+    def _oversized(self, out: list[str]) -> None:
+        if self._fmts[0].wrapped:
+            self.ctx.report.count("stripped.oversized_call")
+            self.ctx.report.sample_unrecognised("".join(self._parts))
+            self._parts = []
+            self._discard = True
+        else:
+            self._release(out, self._gap)
+            self._release(out, "".join(self._parts))
+            self._clear()
+
+    def _end(self, region: str, out: list[str], at_end: bool, length: bool) -> None:
+        """A region is complete (or the stream ended inside it): lift, strip
+        or release it."""
+        tools = self.ctx.tools
+        verdict = "none"
+        failed: Format = self._fmts[0]
+        for fmt in self._fmts:
+            raws = fmt.parse(region, tools)
+            if not raws:
+                continue
+            calls, verdict = self._resolve(raws, fmt)
+            if calls is not None:
+                for c in calls:
+                    self.ctx.report.count(f"lifted.{fmt.name}")
+                    self._add(c)
+                self._lifted += len(calls)
+                self._since_call = True
+                self._prev = ""
+                self._clear()
+                return
+            failed = fmt
+            break
+        report = self.ctx.report
+        if verdict == "none" and at_end and length and failed.partial_is_call(region, tools):
+            self._truncated = True
+            report.count("dropped_call.truncated")
+            self._since_call = True
+        elif (verdict == "none" and failed.wrapped) or (
+            verdict == "unoffered" and failed.markup_if_unoffered
+        ) or (verdict == "bad_arguments" and failed.wrapped):
+            kind = "unoffered_call" if verdict == "unoffered" else "unparsed_call"
+            report.count(f"stripped.{kind}")
+            report.sample_unrecognised(region)
+            self._since_call = True
+        else:
+            self._release(out, self._gap)
+            self._release(out, region)
+        self._clear()
+
+    def _resolve(self, raws: list[RawCall], fmt: Format) -> tuple[list[ToolCall] | None, str]:
+        tools = self.ctx.tools
+        report = self.ctx.report
+        calls: list[ToolCall] = []
+        for raw in raws:
+            name = resolve_name(raw.name, tools)
+            if name is None:
+                return None, "unoffered"
+            args, repaired = to_object(raw.arguments)
+            if args is None:
+                return None, "bad_arguments"
+            schema = tools[name].parameters
+            args, converted = coerce(args, schema)
+            if validate(args, schema):
+                if not fmt.wrapped:
+                    return None, "invalid"
+                report.count("invalid_arguments")
+            if repaired or converted:
+                report.count("repaired_arguments")
+            calls.append(ToolCall(name, dumps(args), source=fmt.name))
+        return calls, "ok"
+
+    def _add(self, call: ToolCall) -> None:
+        self._calls.append(call)

@@ -1,0 +1,99 @@
+"""Wrapper tags around JSON: ``<tool_call>{"name": …, "arguments": …}</tool_call>``.
+
+The Hermes / Qwen2.5 / Qwen3 shape (vLLM ``hermes_tool_parser``, llama.cpp
+``common_chat_parse_hermes_2_pro``), and the same idea under other tag
+names that small models copy from prompts: ``<tool_calls>``,
+``<function_call>``, ``<tools>``, ``<response>``. Inside: one JSON object,
+a list of them, or several objects one after another; ``arguments`` or
+``parameters``; single-quoted Python dicts and trailing commas are read
+(see ``args.parse_value``); a fence inside the tags is allowed.
+
+``<tool_call>``, ``<tool_calls>`` and ``<function_call>`` are unmistakable:
+what does not parse there is markup. ``<tools>`` and ``<response>`` also
+appear in genuine XML answers, so a body that is not call-shaped JSON is
+text; a call-shaped body naming a tool not offered is still markup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..args import INVALID, parse_value
+from ..context import ToolSpec
+from .base import EndFinder, Format, RawCall, calls_from_value
+from .scan import FirstNonBlank, UntilMarker, split_values
+
+_FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
+
+
+def json_calls(body: str) -> list[RawCall] | None:
+    """The calls in a JSON body: one value, or values one after another;
+    a markdown fence around them is allowed."""
+    body = body.strip()
+    m = _FENCE.match(body)
+    if m:
+        body = m.group(1).strip()
+    if not body or body[0] not in "{[":
+        return None
+    value = parse_value(body)
+    if value is not INVALID:
+        return calls_from_value(value)
+    parts = split_values(body)
+    if not parts or len(parts) < 2:
+        return None
+    calls: list[RawCall] = []
+    for p in parts:
+        v = parse_value(p)
+        got = None if v is INVALID else calls_from_value(v)
+        if got is None:
+            return None
+        calls.extend(got)
+    return calls
+
+
+class _Tags(Format):
+    tags: ClassVar[tuple[str, ...]] = ()
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker("</" + marker[1:], skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        for tag in self.tags:
+            if region.startswith(tag):
+                body = region[len(tag) :]
+                close = "</" + tag[1:]
+                end = body.find(close)
+                if end >= 0:
+                    if body[end + len(close) :].strip():
+                        return None
+                    body = body[:end]
+                return json_calls(body)
+        return None
+
+
+class HermesTags(_Tags):
+    name = "hermes"
+    tags = ("<tool_call>", "<tool_calls>", "<function_call>")
+    markers = tags
+    priority = 10
+
+
+class LooseTags(_Tags):
+    name = "tags"
+    tags = ("<tools>", "<response>")
+    markers = tags
+    wrapped = False
+    unoffered_is_markup = True
+    priority = 10
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return FirstNonBlank(super().end_finder(marker), len(marker), "{[`")
+
+    def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
+        body = region[region.index(">") + 1 :].lstrip()
+        return body.startswith(("{", "[", "```"))
+
+
+FORMATS: list[Format] = [HermesTags(), LooseTags()]

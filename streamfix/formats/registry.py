@@ -1,0 +1,86 @@
+"""The format registry: every format module of this package, discovered.
+
+Each module of ``streamfix.formats`` (except ``base``, ``scan``,
+``registry`` and private ``_x`` modules) may define a module-level
+``FORMATS: list[Format]``; they are collected once, ordered by
+``priority`` (lower first) then ``name``. Adding a model family is one new
+module: nothing shared is edited.
+
+``markers_for(tools)`` turns the formats into what the detector's matcher
+needs for one request: every marker with the formats that share it (in
+priority order: they share the first one's end rule and are parsed in
+turn), split into markers that count anywhere and markers that count
+only at the start of the reply.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..context import ToolSpec
+from .base import Format
+
+_SKIP = frozenset({"base", "scan", "registry"})
+
+
+@lru_cache(maxsize=1)
+def all_formats() -> tuple[Format, ...]:
+    """Every registered format, in priority order."""
+    from . import __path__ as pkg_path
+
+    found: list[Format] = []
+    for info in pkgutil.iter_modules(pkg_path):
+        if info.name in _SKIP or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        found.extend(getattr(module, "FORMATS", ()))
+    return tuple(sorted(found, key=lambda f: (f.priority, f.name)))
+
+
+def by_name(name: str) -> Format:
+    """One registered format by its ``name`` (KeyError if none)."""
+    for f in all_formats():
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Markers:
+    """The markers that apply to one request.
+
+    ``groups`` maps each marker to the formats that use it, in priority
+    order; ``anywhere`` and ``leading`` are the marker strings by where they
+    count (a marker can be in both lists when formats disagree)."""
+
+    groups: Mapping[str, tuple[Format, ...]]
+    anywhere: tuple[str, ...]
+    leading: tuple[str, ...]
+
+
+def markers_for(
+    tools: Mapping[str, ToolSpec], formats: tuple[Format, ...] | None = None
+) -> Markers:
+    """Collect the markers of ``formats`` (default: all) for ``tools``."""
+    groups: dict[str, list[Format]] = {}
+    anywhere: dict[str, None] = {}
+    leading: dict[str, None] = {}
+    for f in all_formats() if formats is None else formats:
+        for m in (*f.markers, *f.tool_markers(tools)):
+            if m:
+                groups.setdefault(m, []).append(f)
+                anywhere[m] = None
+        for m in f.leading:
+            if m:
+                if f not in groups.setdefault(m, []):
+                    groups[m].append(f)
+                leading[m] = None
+    return Markers(
+        groups={m: tuple(fs) for m, fs in groups.items()},
+        anywhere=tuple(anywhere),
+        leading=tuple(leading),
+    )
