@@ -126,6 +126,8 @@ CASES: list[Case] = [
         after="\n\nThe ticket is filed.",
     ),
     aborted("mistral-prose-after-marker", M, "[TOOL_CALLS] I cannot call a tool " + "x" * 300),
+    aborted("mistral-prose-with-brace", M, "[TOOL_CALLS] token, then {", after='"a": 1}'),
+    aborted("mistral-bad-char-in-name", M, "[TOOL_CALLS]lookup_order(", after='{"a": 1}'),
     # --- Llama 3.x <|python_tag|>
     Case(
         "llama-python-tag",
@@ -264,6 +266,10 @@ CASES: list[Case] = [
         '<function_calls>\nlookup_order(order_id="F-6")\nrefresh_cache()\n</function_calls>',
         [("lookup_order", LO), ("refresh_cache", {})],
     ),
+    aborted(
+        "function-calls-in-prose", DSML, "<function_calls> tags are what", after=" Claude wrote"
+    ),
+    aborted("function-calls-in-prose-2", DSML, "<function_calls>!"),
     # --- Kimi K2
     Case(
         "kimi-k2",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streamfix.args import parse_object
 from streamfix.context import tools_of
-from streamfix.formats import _family
+from streamfix.formats import _family, mistral
 from streamfix.formats.base import ABORT, Format, RawCall
 from tests.streamutil import SHAPES_REQUEST
 
@@ -113,3 +113,26 @@ def test_every_family_declares_formats() -> None:
         m = importlib.import_module(f"streamfix.formats.{mod}")
         assert m.FORMATS and all(isinstance(f, Format) and f.markers and f.name for f in m.FORMATS)
     assert _family.FORMATS == []
+
+
+def test_steps_complete_only_optional_left() -> None:
+    """``Steps.complete``: at the end of the stream a region waiting only
+    for an optional closing token (Harmony's ``<|call|>``, a stop token most
+    engines never send) is a whole call."""
+    f = _family.Steps(3, _family.Json("{"), _family.Opt("<|call|>"))
+    assert f.feed("abc{") is None and not f.complete
+    assert f.feed('"a": 1}') is None and f.complete
+    assert f.feed("<|ca") is None and f.complete
+    assert f.feed("ll|> rest") == 4
+
+
+def test_opt_mismatch_at_piece_start_ends_at_zero() -> None:
+    f = _family.Steps(0, _family.Json("{"), _family.Opt("<|eom_id|>"))
+    assert f.feed("{}") is None
+    assert f.feed(" text") == 0
+
+
+def test_header_prose_aborts_before_limit() -> None:
+    f = mistral.Mistral().end_finder("[TOOL_CALLS]")
+    assert f.feed("[TOOL_CALLS]lookup") is None
+    assert f.feed("_order is the tool") == ABORT

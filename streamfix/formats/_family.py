@@ -7,9 +7,10 @@ token spellings plus a few lines:
 
 - ``Steps``: an incremental ``EndFinder`` for multi-part regions, built
   from parts run one after the other (``Until`` a closing token, a
-  ``Json``/code value, an ``Opt``-ional trailing token such as Harmony's
-  ``<|call|>``). Each part scans only the new text, so the cost per piece
-  is O(len(piece)); nothing seen is rescanned.
+  ``Header`` such as a function name, a ``Json``/code value, an
+  ``Opt``-ional trailing token such as Harmony's ``<|call|>``). Each part
+  scans only the new text, so the cost per piece is O(len(piece));
+  nothing seen is rescanned.
 - small parsers shared by several families: lenient JSON loading,
   ``<invoke
   name=…><parameter name=…>`` XML (MiniMax M2, DeepSeek V3.2/V4 DSML),
@@ -71,26 +72,47 @@ class Until:
         return None
 
 
-class Before:
-    """Part that ends just *before* the first character in ``chars`` (the
-    character is left for the next part), aborting after ``limit``
-    characters without one."""
+class Header:
+    """Part for the short header between a marker and what follows it (a
+    function name before ``{``): ends just *before* the first character
+    of ``stop`` (left for the next part) when the header so far
+    ``fullmatch``-es ``valid``. A character outside ``allowed`` (a regex
+    character class), a header so far that does not ``fullmatch``
+    ``prefix`` (the prefixes of valid headers), an invalid header or more
+    than ``limit`` characters abort: prose after a marker is released as
+    text at once, not held."""
 
-    __slots__ = ("_limit", "_re", "_seen")
+    __slots__ = ("_bad", "_head", "_limit", "_prefix", "_stop", "_valid")
 
-    def __init__(self, chars: str, limit: int = MAX_HEADER_CHARS) -> None:
-        self._re = re.compile("[" + re.escape(chars) + "]")
+    def __init__(
+        self, stop: str, allowed: str, valid: str, prefix: str, limit: int = MAX_HEADER_CHARS
+    ) -> None:
+        self._stop = stop
+        self._bad = re.compile(f"[^{allowed}{re.escape(stop)}]")
+        self._valid = re.compile(valid, re.DOTALL)
+        self._prefix = re.compile(prefix, re.DOTALL)
         self._limit = limit
-        self._seen = 0
+        self._head = ""
 
     def scan(self, text: str, start: int) -> int | None:
-        m = self._re.search(text, start)
-        if m is not None:
-            if self._seen + m.start() - start > self._limit:
+        m = self._bad.search(text, start)
+        end = m.start() if m else len(text)
+        stop = -1
+        for c in self._stop:
+            i = text.find(c, start, end)
+            if i >= 0 and (stop < 0 or i < stop):
+                stop = i
+        if stop >= 0:
+            head = self._head + text[start:stop]
+            if len(head) > self._limit or not self._valid.fullmatch(head):
                 return ABORT
-            return m.start()
-        self._seen += len(text) - start
-        return ABORT if self._seen > self._limit else None
+            return stop
+        if m is not None:
+            return ABORT
+        self._head += text[start:]
+        if len(self._head) > self._limit or not self._prefix.fullmatch(self._head):
+            return ABORT
+        return None
 
 
 class Json:
@@ -171,7 +193,7 @@ class Opt:
         return start + c
 
 
-Part = Until | Before | Json | Opt
+Part = Until | Header | Json | Opt
 
 
 class Steps:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..context import ToolSpec
-from ._family import loads, python_calls, strip_value, typed_value, xml_calls
+from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall
 from .scan import UntilMarker
 
@@ -144,6 +144,9 @@ def _dsml_value(m: re.Match[str], name: str) -> Any:
     return raw
 
 
+_LEAD = r"\s*(?:[A-Za-z_][\w.]*)?"
+
+
 class Dsml(Format):
     """V3.2 / V4 DSML invoke blocks and Olmo 3 ``<function_calls>`` lines."""
 
@@ -152,6 +155,14 @@ class Dsml(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
+        if marker == "<function_calls>":
+            # Not a special token: a tag also met in prose about tool use.
+            # Its body must open with a tag or ``name(``, or it is text.
+            return Steps(
+                len(marker),
+                Header("<(", r"\w.\s", _LEAD, _LEAD),
+                Until(*DSML_CLOSE),
+            )
         return UntilMarker(*DSML_CLOSE, skip=len(marker))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:

@@ -23,12 +23,14 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import MAX_HEADER_CHARS, Before, Json, Steps, loads
+from ._family import Header, Json, Steps, loads
 from .base import ABORT, EndFinder, Format, RawCall, calls_from_value
 
 MARKER = "[TOOL_CALLS]"
 
 # v11+: NAME, then optional [CALL_ID]id, optional [ARGS], then the object.
+_HEADER = r"\s*[\w.\-:]+\s*(?:\[CALL_ID\]\s*\w*\s*)?(?:\[ARGS\])?\s*"
+_HEADER_PREFIX = r"\s*[\w.\-:]*\s*(?:\[[A-Z_]*\]?\s*\w*\s*)*"
 _NAMED = re.compile(
     r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*[^\s\[{]*\s*)?(?:\[ARGS\])?\s*(\{.*\})\s*\Z", re.DOTALL
 )
@@ -62,7 +64,9 @@ class _MistralEnd:
             elif text[j] == "]":
                 return ABORT
             else:
-                self._steps = Steps(0, Before("{", MAX_HEADER_CHARS), Json("{"))
+                self._steps = Steps(
+                    0, Header("{", r"\w.\-:\[\]\s", _HEADER, _HEADER_PREFIX), Json("{")
+                )
         r = self._steps.feed(text[i:] if i else text)
         if r is None or r == ABORT:
             return r
