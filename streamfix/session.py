@@ -45,6 +45,8 @@ class SSESession:
         self.finished = False
         #: The upstream sent ``data: [DONE]``.
         self.saw_done = False
+        #: Output of a read whose later event was broken (see ``fail``).
+        self._salvage = b""
 
     @property
     def report(self) -> Report:
@@ -108,7 +110,8 @@ class SSESession:
             if isinstance(exc, UpstreamProtocolError)
             else "upstream_error"
         )
-        return flushed + error_event(str(exc) or type(exc).__name__, kind)
+        salvage, self._salvage = self._salvage, b""
+        return salvage + flushed + error_event(str(exc) or type(exc).__name__, kind)
 
     def _events(self, events: list[SSEEvent]) -> bytes:
         out: list[bytes] = []
@@ -126,7 +129,14 @@ class SSESession:
                 out.append(ev.raw)
                 self.finished = True
                 continue
-            outs = chain.feed(decode_view(data), data)
+            try:
+                view = decode_view(data)
+            except UpstreamProtocolError:
+                # What the good events before it produced is not lost:
+                # ``fail`` sends it ahead of the error event.
+                self._salvage = b"".join(out)
+                raise
+            outs = chain.feed(view, data)
             if outs is PASS_ONLY:
                 out.append(ev.raw)
             else:

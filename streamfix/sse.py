@@ -81,6 +81,10 @@ class SSEDecoder:
         events = self._parse_general(buf) if self._general else self._parse_lf(buf)
         self.idle = not self._buf and not self._general
         if len(self._buf) > self._max:
+            if events:
+                # Hand out the complete events first; the oversized one is
+                # still buffered and raises on the next call.
+                return events
             size = len(self._buf)
             self._buf = b""
             raise UpstreamProtocolError(

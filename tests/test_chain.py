@@ -237,3 +237,17 @@ def test_source_is_closed_when_the_consumer_stops_early() -> None:
 
     asyncio.run(go())
     assert closed == [True]
+
+
+def test_good_events_before_a_broken_one_in_the_same_read_are_not_lost() -> None:
+    data = sse([chunk(role="assistant"), chunk("kept")], done=False) + b"data: {broken\n\n"
+    a = assemble(run_sse(data, None))
+    assert a.content == "kept"
+    assert a.errors and a.errors[0]["type"] == "upstream_protocol_error"
+
+
+def test_events_before_an_oversized_one_in_the_same_read_are_not_lost() -> None:
+    data = sse([chunk("kept")], done=False) + b"data: " + b"x" * 3000
+    a = assemble(run_sse(data, None, max_event_bytes=1000))
+    assert a.content == "kept"
+    assert a.errors and "larger than 1000 bytes" in a.errors[0]["message"]
