@@ -18,6 +18,7 @@ from streamfix.transforms.repetition import (
     CHECK_EVERY,
     MAX_PERIOD,
     RepetitionCutter,
+    check_interval,
     required_span,
 )
 
@@ -228,7 +229,7 @@ def test_legitimate_repetition_is_not_cut(name: str, text: str, how: str | int) 
 
 def test_required_span_meets_the_bound() -> None:
     for p in range(1, MAX_PERIOD + 1):
-        assert required_span(p) + CHECK_EVERY < max(4 * p, 400)
+        assert required_span(p) + check_interval(p) < max(4 * p, 400)
         assert required_span(p) >= 3 * p  # never fewer than three copies
 
 

@@ -77,6 +77,11 @@ BOUND_CHARS: Final = 400
 MARGIN: Final = 8
 #: Longest period caught ("at least 2 KB": a paragraph or code block).
 MAX_PERIOD: Final = 2048
+#: Periods up to this are looked for at every check; longer ones at every
+#: ``LONG_EVERY``-th check only (their ``rfind`` range is four times as
+#: long, and a long period's bound, 4 copies, leaves room for the wait).
+SHORT_PERIOD: Final = 512
+LONG_EVERY: Final = 4
 #: Length of the suffix searched for an earlier copy. Long enough that in
 #: ordinary text it rarely recurs (so a check usually ends at one failed
 #: ``rfind``), short enough to be found in any loop long enough to cut.
@@ -94,9 +99,14 @@ NUMBERED_MIN_LINES: Final = 4
 _DIGITS: Final = "0123456789"
 
 
+def check_interval(period: int) -> int:
+    """Characters between two checks that can find ``period``."""
+    return CHECK_EVERY if period <= SHORT_PERIOD else CHECK_EVERY * LONG_EVERY
+
+
 def required_span(period: int) -> int:
     """Characters of exact periodicity that make a loop of ``period``."""
-    return max(BOUND_COPIES * period, BOUND_CHARS) - CHECK_EVERY - MARGIN
+    return max(BOUND_COPIES * period, BOUND_CHARS) - check_interval(period) - MARGIN
 
 
 MIN_SPAN: Final = required_span(1)
@@ -106,13 +116,14 @@ MIN_SPAN: Final = required_span(1)
 WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
 
 
-def find_loop(s: str, t: int) -> tuple[int, int] | None:
+def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
     """A loop ending at ``s[:t]``: ``(period, start of the checked span)``
-    for the shortest period whose required span is periodic, or None."""
+    for the shortest period whose required span is periodic, or None.
+    Periods over ``SHORT_PERIOD`` are looked for only when ``long``."""
     if t < MIN_SPAN:
         return None
     probe = s[t - PROBE : t]
-    lo = max(0, t - PROBE - MAX_PERIOD)
+    lo = max(0, t - PROBE - (MAX_PERIOD if long else SHORT_PERIOD))
     end = t - 1
     for _ in range(MAX_CANDIDATES):
         i = s.rfind(probe, lo, end)
@@ -147,8 +158,10 @@ def _item(line: str) -> str | None:
 
 def find_numbered(s: str, t: int) -> tuple[int, int] | None:
     """A run of identical numbered-list items ending before ``s[t]``:
-    ``(line length, start of the first item)``, or None."""
-    j = s.rfind("\n", max(0, t - NUMBERED_MAX_LINE - 1), t)
+    ``(line length, start of the first item)``, or None. Only a line
+    completed since the previous check can complete a run, so the last
+    newline is looked for in the last ``CHECK_EVERY`` characters only."""
+    j = s.rfind("\n", max(0, t - CHECK_EVERY), t)
     if j < 0:
         return None
     i = s.rfind("\n", max(0, j - NUMBERED_MAX_LINE), j)
@@ -200,7 +213,7 @@ class _Channel:
         t_abs = self.next_check
         while t_abs <= self.total:
             t = t_abs - base
-            hit = find_loop(s, t)
+            hit = find_loop(s, t, t_abs % (CHECK_EVERY * LONG_EVERY) == 0)
             if hit is not None:
                 p, a = hit
                 first = loop_start(s, p, a) + p  # end of the first copy
