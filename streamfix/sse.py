@@ -98,6 +98,10 @@ class SSEDecoder:
         are common); a lone pending CR is a line end. Bytes that hold no
         event at all are returned as a raw block, so nothing is lost."""
         buf, self._buf = self._buf, b""
+        if len(buf) > self._max:
+            raise UpstreamProtocolError(
+                f"SSE event larger than {self._max} bytes ({len(buf)} buffered with no end of event)"
+            )
         body = buf.rstrip(b"\r\n")
         if not body:
             return [SSEEvent(buf)] if buf else []
