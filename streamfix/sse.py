@@ -87,10 +87,13 @@ class SSEDecoder:
                 return events
             size = len(self._buf)
             self._buf = b""
-            raise UpstreamProtocolError(
-                f"SSE event larger than {self._max} bytes ({size} buffered with no end of event)"
-            )
+            raise self._too_large(size)
         return events
+
+    def _too_large(self, size: int) -> UpstreamProtocolError:
+        return UpstreamProtocolError(
+            f"SSE event larger than {self._max} bytes ({size} buffered with no end of event)"
+        )
 
     def close(self) -> list[SSEEvent]:
         """End of stream. A final event with no blank line after it is
@@ -99,9 +102,7 @@ class SSEDecoder:
         event at all are returned as a raw block, so nothing is lost."""
         buf, self._buf = self._buf, b""
         if len(buf) > self._max:
-            raise UpstreamProtocolError(
-                f"SSE event larger than {self._max} bytes ({len(buf)} buffered with no end of event)"
-            )
+            raise self._too_large(len(buf))
         body = buf.rstrip(b"\r\n")
         if not body:
             return [SSEEvent(buf)] if buf else []
