@@ -17,14 +17,17 @@ of similar objects, markdown tables, code, lists). A loop is *exact*
 repetition: the last ``required_span(p)`` characters of the channel have
 period ``p``. Short periods need many copies, long ones few:
 
-    required_span(p) = max(4 * p, 400) - CHECK_EVERY - MARGIN
+    required_span(p) = max(4 * p, 400) - check_interval(p) - MARGIN
 
 which is the loosest span that still meets issue 4's bound (no more than
 ``max(4 repeats, 400 chars)`` past the start of the loop reach the client)
-given that we look every ``CHECK_EVERY`` characters: ~344 characters for
-periods up to 100 (344 copies of one character, 115 of ``"ha "``), then a
-little under 4 copies. Published detectors choose similar or tighter
-figures: vLLM's ``RepetitionDetectionParams`` (``min_pattern_size``,
+given how often we look: ~344 characters for periods up to 100 (344
+copies of one character, 115 of ``"ha "``), then a little under 4 copies
+(3.6 to 3.9 for periods over ``SHORT_PERIOD``, looked for less often).
+Measured, the cut comes 360-385 characters past the start of a short
+loop and at 3.7-3.99 copies of a long one, at any chunking.
+Published detectors choose similar or tighter figures: vLLM's
+``RepetitionDetectionParams`` (``min_pattern_size``,
 ``max_pattern_size``, ``min_count`` over token ids), llama.cpp's proposed
 ``--repetition-detection`` (patterns of 16..1024 tokens, 4 copies,
 ggml-org/llama.cpp#26039), gemini-cli's ``LoopDetectionService`` (a
@@ -49,9 +52,9 @@ that loop with a running number are not caught (no exact period either).
 only at every ``CHECK_EVERY``-th character (absolute positions, so the
 verdict does not depend on chunking), joins its bounded tail and runs a
 C-speed check: ``rfind`` the last ``PROBE`` characters within
-``MAX_PERIOD`` before them to get candidate periods, verify each with one
-``startswith`` slice compare. Amortised O(1) per character; the tail is
-bounded by ``WINDOW``.
+``SHORT_PERIOD`` (every ``LONG_EVERY``-th check: ``MAX_PERIOD``) before
+them to get candidate periods, verify each with one ``startswith`` slice
+compare. Amortised O(1) per character; the tail is bounded by ``WINDOW``.
 
 **Cutting.** On a cut, the text already sent stays sent; of this delta's
 text only what comes before the end of the loop's first copy is kept (the
