@@ -1,19 +1,139 @@
-"""Placeholder: passes every delta through unchanged (filled in by its issue)."""
+"""Reasoning in ``content`` goes to ``reasoning_content``.
+
+Reasoning models served without a reasoning parser send their thoughts as
+text: ``<think>…</think>`` (Qwen3, DeepSeek-R1, and the many models
+distilled from them), or, when the chat template opened the ``<think>`` in
+the prompt (DeepSeek-R1, Qwen3-thinking-2507), only the closing
+``</think>``: everything before it is reasoning (vLLM's ``deepseek_r1``
+and ``qwen3`` reasoning parsers treat a lone ``</think>`` the same way).
+The tool-tag detector runs after this splitter and only sees ``content``,
+so a call drafted inside reasoning is never lifted.
+
+Because of that second form, the start of a reply is held until it is
+known whether it is reasoning: until a ``<think>`` or ``</think>`` shows,
+at most ``UNOPENED_HOLD`` characters. A ``</think>`` that starts within
+that many characters makes all before it reasoning; otherwise the text was
+content all along and is released. The decision depends on positions in
+the text, not on chunking, so the split is the same for any chunking. The
+hold is skipped when the upstream already separates reasoning (a
+``reasoning_content`` field arrived first): then nothing in content is an
+unopened reasoning section. Only runs when the request offered tools
+(``chain.build_pipeline``).
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 from ..context import Context
 from ..delta import Delta
 
+OPEN: Final = "<think>"
+CLOSE: Final = "</think>"
+
+#: How much of the start of a reply is held while it may still be an
+#: unopened reasoning section (characters; about 500 tokens). A longer
+#: reasoning section whose ``</think>`` comes later is released as content
+#: (and the residue stripper removes the stray ``</think>``): the cost of
+#: holding every reply longer is paid by every client that streams text.
+UNOPENED_HOLD = 2048
+
+_START, _TEXT, _THINK = 0, 1, 2
+
+
+def _partial(s: str, tag: str) -> int:
+    """Length of the longest suffix of ``s`` that is a proper prefix of ``tag``."""
+    i = s.rfind("<", max(0, len(s) - len(tag) + 1))
+    while i >= 0:
+        if tag.startswith(s[i:]):
+            return len(s) - i
+        i = s.find("<", i + 1)
+    return 0
+
 
 class ReasoningSplitter:
-    __slots__ = ("ctx",)
+    """Moves ``<think>…</think>`` from content to reasoning (module doc)."""
+
+    __slots__ = ("_held", "_searched", "_state", "ctx")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._state = _START
+        self._held = ""
+        self._searched = 0  # START: how far ``_held`` has been searched
 
     def feed(self, d: Delta) -> None:
-        return None
+        self._run(d, False)
 
     def close(self, d: Delta) -> None:
-        return None
+        self._run(d, True)
+
+    def _run(self, d: Delta, final: bool) -> None:
+        text = d.content
+        if self._state == _START and d.reasoning and not self._held:
+            self._state = _TEXT  # the upstream separates reasoning itself
+        if not text and not (final and self._held):
+            return
+        text = text or ""
+        if self._state == _TEXT and not self._held and "<" not in text:
+            return  # the fast path: nothing to look at, same object
+        content: list[str] = []
+        reasoning: list[str] = []
+        s = self._held + text
+        self._held = ""
+        while s:
+            if self._state == _START:
+                s = self._start(s, content, reasoning, final)
+            elif self._state == _THINK:
+                s = self._inside(s, reasoning, final)
+            else:
+                s = self._outside(s, content, final)
+        new_content = "".join(content)
+        if new_content != text:
+            d.content = new_content
+        if reasoning:
+            d.reasoning = (d.reasoning or "") + "".join(reasoning)
+            self.ctx.report.count("reasoning_split")
+
+    def _start(self, s: str, content: list[str], reasoning: list[str], final: bool) -> str:
+        lo = max(0, self._searched - len(CLOSE))
+        o = s.find(OPEN, lo)
+        c = s.find(CLOSE, lo)
+        first = min(i for i in (o, c) if i >= 0) if o >= 0 or c >= 0 else -1
+        if 0 <= first < UNOPENED_HOLD:
+            if first == c:
+                reasoning.append(s[:c])
+                self._state = _TEXT
+                return s[c + len(CLOSE) :]
+            content.append(s[:o])
+            self._state = _THINK
+            return s[o + len(OPEN) :]
+        if final or first >= 0 or len(s) >= UNOPENED_HOLD + len(CLOSE):
+            self._state = _TEXT
+            self._searched = 0
+            return s
+        self._held = s
+        self._searched = len(s)
+        return ""
+
+    def _inside(self, s: str, reasoning: list[str], final: bool) -> str:
+        c = s.find(CLOSE)
+        if c >= 0:
+            reasoning.append(s[:c])
+            self._state = _TEXT
+            return s[c + len(CLOSE) :]
+        keep = 0 if final else _partial(s, CLOSE)
+        reasoning.append(s[: len(s) - keep])
+        self._held = s[len(s) - keep :]
+        return ""
+
+    def _outside(self, s: str, content: list[str], final: bool) -> str:
+        o = s.find(OPEN)
+        if o >= 0:
+            content.append(s[:o])
+            self._state = _THINK
+            return s[o + len(OPEN) :]
+        keep = 0 if final else _partial(s, OPEN)
+        content.append(s[: len(s) - keep])
+        self._held = s[len(s) - keep :]
+        return ""
