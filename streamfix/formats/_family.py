@@ -303,32 +303,55 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
         return raw
 
 
+def _blank(text: str, ignore: tuple[str, ...]) -> bool:
+    for t in ignore:
+        text = text.replace(t, "")
+    return not text.strip()
+
+
 def xml_calls(
     body: str,
     call_re: re.Pattern[str],
     param_re: re.Pattern[str],
     value: Callable[[re.Match[str], str], Any] | None = None,
+    ignore: tuple[str, ...] = (),
 ) -> list[RawCall] | None:
     """Calls written as XML elements: ``call_re`` matches one call with
     groups (name, body); inside, ``param_re`` matches parameters with
     groups (key, raw value); ``value(match, call_name)`` converts a
-    parameter (default: the text of group 2, one newline trimmed each side). A call body that
-    holds no parameter but a JSON object gives that object. None when no
-    call matched."""
+    parameter (default: the text of group 2, one newline trimmed each
+    side). A call body holding no parameter but a JSON object gives that
+    object.
+
+    Strict about what lies around the elements: anything but blanks (and
+    the wrapper tokens in ``ignore``) between calls or parameters — such as
+    a parameter cut off halfway by the end of the stream — gives None, so
+    a broken call is never lifted with arguments missing."""
     calls: list[RawCall] = []
+    pos = 0
     for m in call_re.finditer(body):
+        if not _blank(body[pos : m.start()], ignore):
+            return None
+        pos = m.end()
         name = m.group(1).strip()
         inner = m.group(2)
         args: dict[str, Any] = {}
+        ipos = 0
         for p in param_re.finditer(inner):
+            if inner[ipos : p.start()].strip():
+                return None
+            ipos = p.end()
             args[p.group(1).strip()] = value(p, name) if value else strip_value(p.group(2))
-        if not args:
-            s = inner.strip()
-            if s.startswith("{"):
-                calls.append(RawCall(name, s))
-                continue
+        rest = inner[ipos:].strip()
+        if not args and rest.startswith("{"):
+            calls.append(RawCall(name, rest))
+            continue
+        if rest:
+            return None
         calls.append(RawCall(name, args))
-    return calls or None
+    if not calls or not _blank(body[pos:], ignore):
+        return None
+    return calls
 
 
 def _literal(node: ast.expr) -> Any:

@@ -41,7 +41,7 @@ class SeedOss(Format):
         def value(m: re.Match[str], name: str) -> Any:
             return typed_value(strip_value(m.group(2)), tools, name, m.group(1).strip())
 
-        return xml_calls(region[len(OPEN) :], _FUNCTION, _PARAM, value)
+        return xml_calls(region[len(OPEN) :], _FUNCTION, _PARAM, value, (CLOSE,))
 
 
 FORMATS: list[Format] = [SeedOss()]

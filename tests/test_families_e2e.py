@@ -1,0 +1,136 @@
+"""Every model-family call of ``family_cases.py`` through the whole chain
+(detector, registry, argument validation) as a client sees it: the calls
+come out structured, the text around them stays content, and the result is
+the same whole, split at every character boundary, one character per
+chunk, and split at random (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.streamutil import Assembled, fix_text
+
+from .family_cases import CASES, Case
+
+BEFORE = "Before. "
+AFTER = " Done."
+
+E2E = [c for c in CASES if c.calls is not None]
+
+
+def text_of(case: Case) -> str:
+    return BEFORE + case.region + AFTER
+
+
+def expected_calls(case: Case) -> list[tuple[str, Any]]:
+    assert case.calls is not None
+    return [(name.removeprefix("functions."), args or {}) for name, args in case.calls]
+
+
+def outcome(a: Assembled) -> tuple[str, list[tuple[str, Any]], str | None]:
+    calls = [
+        (t["function"]["name"], orjson.loads(t["function"]["arguments"])) for t in a.tool_calls
+    ]
+    return a.content, calls, a.finish_reason
+
+
+def check(case: Case, a: Assembled) -> None:
+    content, calls, finish = outcome(a)
+    assert calls == expected_calls(case)
+    assert finish == "tool_calls"
+    # Text around the call is content, in order (the detector may drop the
+    # blanks that touch a lifted call; nothing else).
+    assert content.split() == (BEFORE + AFTER).split()
+    assert not a.errors
+
+
+@pytest.mark.parametrize("case", E2E, ids=[c.id for c in E2E])
+def test_family_whole_and_split(case: Case) -> None:
+    text = text_of(case)
+    whole = fix_text([text])
+    check(case, whole)
+    want = outcome(whole)
+    assert outcome(fix_text(list(text))) == want
+    for k in range(1, len(text)):
+        assert outcome(fix_text([text[:k], text[k:]])) == want, k
+
+
+@given(data=st.data())
+def test_family_random_splits(data: st.DataObject) -> None:
+    case = data.draw(st.sampled_from(E2E))
+    text = text_of(case)
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(text) - 1), max_size=10)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    check(case, fix_text([p for p in pieces if p]))
+
+
+@pytest.mark.parametrize("case", E2E, ids=[c.id for c in E2E])
+def test_family_non_streaming_equals_streaming(case: Case) -> None:
+    """Many chunks or one: the same calls (the non-streaming path goes
+    through the same detector)."""
+    import streamfix
+    from tests.streamutil import SHAPES_REQUEST
+
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text_of(case)},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    out = streamfix.fix_completion(body, SHAPES_REQUEST)
+    msg = out["choices"][0]["message"]
+    calls = [
+        (t["function"]["name"], orjson.loads(t["function"]["arguments"]))
+        for t in msg.get("tool_calls") or []
+    ]
+    assert calls == expected_calls(case)
+    assert (msg.get("content") or "").split() == (BEFORE + AFTER).split()
+
+
+@pytest.mark.parametrize("case", E2E, ids=[c.id for c in E2E])
+def test_family_cut_off_is_not_a_call(case: Case) -> None:
+    """The upstream stops (``length``) inside the first call's arguments: no
+    call, and none of its markup is shown."""
+    words = ("F-6", "Printer", "refresh_", "12345", "a ] b", "x {y}", "a, b")
+    cut = min(i for i in (case.region.find(w) for w in words) if i >= 0)
+    text = BEFORE + case.region[: cut + 3]
+    a = fix_text([text], finish="length")
+    assert a.tool_calls == []
+    assert a.content.strip() == BEFORE.strip()
+    assert a.finish_reason == "length"
+
+
+def test_function_calls_in_prose_is_text() -> None:
+    """``<function_calls>`` is a plain tag, not a special token: in prose
+    about tool use it is text, byte for byte."""
+    text = "Claude puts <function_calls> tags are what it writes, then <invoke>."
+    a = fix_text(list(text))
+    assert a.content == text
+    assert a.tool_calls == []
+
+
+def test_mistral_marker_in_prose_is_not_a_call() -> None:
+    text = "The [TOOL_CALLS] token is followed by a name and {arguments}."
+    a = fix_text([text])
+    assert a.tool_calls == []
+    assert "followed by a name" in a.content
+
+
+def test_unoffered_name_in_family_markup_is_stripped() -> None:
+    text = 'OK. <|python_tag|>{"name": "delete_everything", "parameters": {}} Bye.'
+    a = fix_text(list(text))
+    assert a.tool_calls == []
+    assert "delete_everything" not in a.content
+    assert a.content.split() == ["OK.", "Bye."]
