@@ -1,0 +1,343 @@
+"""The core text shapes of shared/shapes.md, each with its variants: run
+whole, cut at every character boundary, one character per chunk, and at
+random byte cuts of the SSE stream (hypothesis): identical results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamfix.formats import all_formats, by_name
+
+from .detectutil import check_byte_cuts, check_split_invariant, run_pieces
+
+LO: dict[str, Any] = {"order_id": "A-1001"}
+Calls = list[tuple[str, dict[str, Any]]]
+
+#: (id, content as the model wrote it, expected content, expected calls)
+CASES: list[tuple[str, str, str, Calls]] = [
+    # --- wrapper tags around JSON
+    (
+        "hermes",
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}\n</tool_call>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-compact",
+        '<tool_call>{"name":"lookup_order","arguments":{"order_id":"A-1001"}}</tool_call>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-parameters-name-after",
+        '<tool_call>{"parameters": {"order_id": "A-1001"}, "name": "lookup_order"}</tool_call>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-python-dict-trailing-commas",
+        "<tool_call>\n{'name': 'lookup_order', 'arguments': {'order_id': 'A-1001',},}"
+        "\n</tool_call>",
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-functions-prefix",
+        '<tool_call>{"name": "functions.lookup_order", "arguments": {"order_id": "A-1001"}}'
+        "</tool_call>",
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-arguments-as-json-string",
+        '<tool_call>{"name": "lookup_order", "arguments": "{\\"order_id\\": \\"A-1001\\"}"}'
+        "</tool_call>",
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-list",
+        '<tool_calls>[{"name": "lookup_order", "arguments": {"order_id": "A-1001"}},'
+        ' {"name": "refresh_cache", "arguments": {}}]</tool_calls>',
+        "",
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    (
+        "hermes-two-objects-one-tag",
+        '<tool_call>\n{"name": "refresh_cache"}\n{"name": "lookup_order", "arguments": '
+        '{"order_id": "A-1001"}}\n</tool_call>',
+        "",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    (
+        "function-call-tag",
+        '<function_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}'
+        "</function_call>",
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "tools-tag",
+        '<tools>\n    {"name": "lookup_order", "arguments": {"order_id": "A-1001"}}\n</tools>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "response-tag",
+        '<response>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}</response>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "xml-fence-tools",
+        '```xml\n<tools>\n    {"name": "lookup_order", "arguments": {"order_id": "B-7"}}\n'
+        "</tools>\n```",
+        "",
+        [("lookup_order", {"order_id": "B-7"})],
+    ),
+    (
+        "text-around-hermes",
+        'Let me check.\n<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}'
+        "</tool_call>\nDone.",
+        "Let me check.\nDone.",
+        [("lookup_order", LO)],
+    ),
+    (
+        "two-hermes-with-text-between",
+        'A <tool_call>{"name": "refresh_cache", "arguments": {}}</tool_call> B '
+        '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}</tool_call> C',
+        "A B C",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    (
+        "hermes-closing-tag-missing",
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}\n',
+        "",
+        [("lookup_order", LO)],
+    ),
+    # --- XML function syntax
+    (
+        "qwen-xml",
+        "<tool_call>\n<function=create_ticket>\n<parameter=title>\nPrinter on fire\n</parameter>\n"
+        "<parameter=priority>\n1\n</parameter>\n</function>\n</tool_call>",
+        "",
+        [("create_ticket", {"title": "Printer on fire", "priority": 1})],
+    ),
+    (
+        "qwen-xml-unwrapped",
+        '<function=create_ticket>\n<parameter=title>\n{"a": 1}\n</parameter>\n'
+        "<parameter=priority>\n 3 \n</parameter>\n</function>",
+        "",
+        [("create_ticket", {"title": '{"a": 1}', "priority": 3})],
+    ),
+    (
+        "qwen-xml-no-params",
+        "<tool_call>\n<function=refresh_cache>\n</function>\n</tool_call>",
+        "",
+        [("refresh_cache", {})],
+    ),
+    (
+        "qwen-xml-two-functions",
+        "<tool_call>\n<function=refresh_cache>\n</function>\n<function=lookup_order>\n"
+        "<parameter=order_id>\nA-1001\n</parameter>\n</function>\n</tool_call>",
+        "",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    # --- bare JSON
+    (
+        "bare-json",
+        '{"name": "lookup_order", "arguments": {"order_id": "C-3"}}',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-leading-whitespace",
+        '\n\n  {"name": "lookup_order", "parameters": {"order_id": "C-3"}}\n',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-list",
+        '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}, {"name": "refresh_cache"}]',
+        "",
+        [("lookup_order", {"order_id": "C-3"}), ("refresh_cache", {})],
+    ),
+    (
+        "bare-json-fenced",
+        '```json\n{"name": "lookup_order", "arguments": {"order_id": "C-3"}}\n```',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-openai-shape",
+        '{"type": "function", "function": {"name": "lookup_order", "arguments": '
+        '"{\\"order_id\\": \\"C-3\\"}"}}',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-python-dict",
+        "{'name': 'create_ticket', 'arguments': {'title': 'x', 'priority': '2',},}",
+        "",
+        [("create_ticket", {"title": "x", "priority": 2})],
+    ),
+    (
+        "bare-json-then-text",
+        '{"name": "refresh_cache", "arguments": {}}\nCache refreshed.',
+        "\nCache refreshed.",
+        [("refresh_cache", {})],
+    ),
+    # --- one line of code
+    (
+        "code-call-json",
+        'Saving that now.\ncreate_ticket({"title": "Refund request", "priority": 2})',
+        "Saving that now.",
+        [("create_ticket", {"title": "Refund request", "priority": 2})],
+    ),
+    (
+        "code-call-kwargs",
+        'lookup_order(order_id="D-4")\n',
+        "",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    (
+        "code-call-functions-prefix",
+        "functions.lookup_order(order_id='D-4')",
+        "",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    (
+        "code-call-no-args-then-text",
+        "One moment.\nrefresh_cache()\nAll set.",
+        "One moment.\nAll set.",
+        [("refresh_cache", {})],
+    ),
+    (
+        "code-call-positional-single-param",
+        'lookup_order("D-4")',
+        "",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    # --- pythonic
+    (
+        "pythonic-list",
+        '[lookup_order(order_id="D-4"), refresh_cache()]',
+        "",
+        [("lookup_order", {"order_id": "D-4"}), ("refresh_cache", {})],
+    ),
+    (
+        "pythonic-after-text",
+        'Checking.\n[lookup_order(order_id="D-4")]',
+        "Checking.",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    (
+        "tool-code-fence",
+        '```tool_code\nlookup_order(order_id="D-4")\n```',
+        "",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    (
+        "tool-code-fence-print",
+        '```tool_code\nprint(default_api.lookup_order(order_id="D-4"))\n```',
+        "",
+        [("lookup_order", {"order_id": "D-4"})],
+    ),
+    # --- call: prefixes
+    (
+        "call-prefix",
+        'call:lookup_order{"order_id": "E-5"}',
+        "",
+        [("lookup_order", {"order_id": "E-5"})],
+    ),
+    (
+        "call-prefix-namespace",
+        'call:tools:lookup_order{"order_id": "E-5"}',
+        "",
+        [("lookup_order", {"order_id": "E-5"})],
+    ),
+    (
+        "call-prefix-after-text",
+        "On it. call:create_ticket{'title': 'x', 'priority': 1,}",
+        "On it.",
+        [("create_ticket", {"title": "x", "priority": 1})],
+    ),
+    # --- placeholder
+    ("placeholder", "{{ refresh_cache }}", "", [("refresh_cache", {})]),
+    ("placeholder-tight", "{{refresh_cache}}", "", [("refresh_cache", {})]),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_shape_at_every_split(text: str, content: str, calls: Calls) -> None:
+    got = check_split_invariant(text)
+    assert got == (content, "", calls, "tool_calls" if calls else "stop")
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_shape_non_streaming_is_the_same(text: str, content: str, calls: Calls) -> None:
+    import orjson
+
+    import streamfix
+
+    from .streamutil import SHAPES_REQUEST
+
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
+    out = streamfix.fix_completion(completion, SHAPES_REQUEST)
+    msg = out["choices"][0]["message"]
+    got = [
+        (c["function"]["name"], orjson.loads(c["function"]["arguments"]))
+        for c in msg.get("tool_calls") or []
+    ]
+    assert got == calls
+    assert (msg.get("content") or "") == content
+    assert out["choices"][0]["finish_reason"] == ("tool_calls" if calls else "stop")
+
+
+@given(
+    st.sampled_from(CASES),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=12),
+)
+def test_shape_random_byte_cuts(case: tuple[str, str, str, Calls], cuts: list[int]) -> None:
+    check_byte_cuts(case[1], cuts)
+
+
+def test_every_core_format_is_registered() -> None:
+    names = {f.name for f in all_formats()}
+    for n in (
+        "hermes",
+        "tags",
+        "qwen_xml",
+        "bare_json",
+        "fenced",
+        "code_call",
+        "pythonic",
+        "call_prefix",
+        "placeholder",
+    ):
+        assert n in names
+    assert by_name("hermes").priority < by_name("qwen_xml").priority
+
+
+def test_calls_have_ids_and_indexes() -> None:
+    text = '[lookup_order(order_id="D-4"), refresh_cache()]'
+    a, _ = run_pieces([text])
+    assert [c["id"] for c in a.tool_calls] and all(
+        c["id"].startswith("call_") for c in a.tool_calls
+    )
+    assert len({c["id"] for c in a.tool_calls}) == 2
+    assert all(c["type"] == "function" for c in a.tool_calls)
