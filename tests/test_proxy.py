@@ -70,9 +70,11 @@ def vendor_stream() -> bytes:
 
 async def test_stream_passthrough_keeps_vendor_fields_and_headers() -> None:
     raw = vendor_stream()
-    async with FakeUpstream(Reply.stream(raw, headers={"x-request-id": "r1"})) as up:
-        async with AppServer(proxy_app(up.url)) as px:
-            status, headers, data = await post(px.url, body())
+    async with (
+        FakeUpstream(Reply.stream(raw, headers={"x-request-id": "r1"})) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        status, headers, data = await post(px.url, body())
     assert status == 200
     assert headers["cache-control"] == "no-cache"
     assert headers["x-accel-buffering"] == "no"
@@ -157,10 +159,10 @@ async def test_failover_on_retryable_status(status: int) -> None:
     async with (
         FakeUpstream(Reply.error(status)) as bad,
         FakeUpstream(Reply.stream(text_stream(["ok"]))) as good,
+        AppServer(proxy_app(f"{bad.url}#weight=1000", good.url)) as px,
     ):
-        async with AppServer(proxy_app(f"{bad.url}#weight=1000", good.url)) as px:
-            s1, _, d1 = await post(px.url, body())
-            s2, _, d2 = await post(px.url, body())
+        s1, _, d1 = await post(px.url, body())
+        s2, _, d2 = await post(px.url, body())
     assert (s1, s2) == (200, 200)
     assert assemble(d1).content == assemble(d2).content == "ok"
     assert len(bad.chat_requests) == 1  # rested after its failure
@@ -186,17 +188,21 @@ async def test_every_upstream_down_is_502() -> None:
 
 
 async def test_upstream_5xx_after_retries_is_relayed() -> None:
-    async with FakeUpstream(Reply.error(503, "overloaded")) as up:
-        async with AppServer(proxy_app(up.url, retries=1)) as px:
-            status, _, data = await post(px.url, body(stream=False))
+    async with (
+        FakeUpstream(Reply.error(503, "overloaded")) as up,
+        AppServer(proxy_app(up.url, retries=1)) as px,
+    ):
+        status, _, data = await post(px.url, body(stream=False))
     assert status == 503 and orjson.loads(data)["error"]["message"] == "overloaded"
     assert len(up.chat_requests) == 2
 
 
 async def test_client_error_from_upstream_is_relayed_not_retried() -> None:
-    async with FakeUpstream(Reply.error(400, "bad model", "model_not_found")) as up:
-        async with AppServer(proxy_app(up.url)) as px:
-            status, _, data = await post(px.url, body())
+    async with (
+        FakeUpstream(Reply.error(400, "bad model", "model_not_found")) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        status, _, data = await post(px.url, body())
     assert status == 400 and orjson.loads(data)["error"]["code"] == "model_not_found"
     assert len(up.chat_requests) == 1
 
@@ -319,19 +325,21 @@ async def test_required_soft_sends_auto_and_asks_once_more(stream: bool) -> None
 
 
 async def test_required_soft_gives_up_after_one_more_ask() -> None:
-    async with FakeUpstream(Reply.stream(text_stream(["prose"]))) as up:
-        async with AppServer(proxy_app(up.url)) as px:
-            _, _, data = await post(
-                px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"}
-            )
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["prose"]))) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        _, _, data = await post(px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"})
     assert assemble(data).content == "prose"
     assert len(up.chat_requests) == 2
 
 
 async def test_required_off_forwards_required() -> None:
-    async with FakeUpstream(Reply.stream(text_stream(["prose"]))) as up:
-        async with AppServer(proxy_app(up.url, required="off")) as px:
-            await post(px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"})
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["prose"]))) as up,
+        AppServer(proxy_app(up.url, required="off")) as px,
+    ):
+        await post(px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"})
     assert [r.body["tool_choice"] for r in up.chat_requests] == ["required"]
 
 
@@ -361,9 +369,11 @@ async def test_no_reask_once_output_reached_the_client() -> None:
 
 
 async def test_reasks_are_bounded() -> None:
-    async with FakeUpstream(Reply.stream(empty_stream())) as up:
-        async with AppServer(proxy_app(up.url, max_reasks=1)) as px:
-            status, _, data = await post(px.url, {**TOOLS_BODY, "stream": True})
+    async with (
+        FakeUpstream(Reply.stream(empty_stream())) as up,
+        AppServer(proxy_app(up.url, max_reasks=1)) as px,
+    ):
+        status, _, data = await post(px.url, {**TOOLS_BODY, "stream": True})
     assert status == 200 and len(up.chat_requests) == 2
     assert assemble(data).done
 
@@ -373,10 +383,12 @@ async def test_reasks_are_bounded() -> None:
 
 async def test_clamps_65536_to_a_32k_window_probed_from_vllm() -> None:
     models = {"object": "list", "data": [{"id": "m", "owned_by": "vllm", "max_model_len": 32768}]}
-    async with FakeUpstream(Reply.stream(text_stream(["ok"])), routes={"/v1/models": models}) as up:
-        async with AppServer(proxy_app(up.url)) as px:
-            status, _, data = await post(px.url, body(max_tokens=65536, tools=SHAPES_TOOLS))
-            text = await metrics_text(px)
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["ok"])), routes={"/v1/models": models}) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        status, _, data = await post(px.url, body(max_tokens=65536, tools=SHAPES_TOOLS))
+        text = await metrics_text(px)
     assert status == 200 and assemble(data).content == "ok"
     sent = up.chat_requests[0].body
     assert 256 <= sent["max_tokens"] <= 32768 - 64
@@ -385,9 +397,11 @@ async def test_clamps_65536_to_a_32k_window_probed_from_vllm() -> None:
 
 
 async def test_configured_window_overrides_and_no_engine_fields_for_unknown_engines() -> None:
-    async with FakeUpstream(Reply.stream(text_stream(["ok"]))) as up:
-        async with AppServer(proxy_app(f"{up.url}#window=32768")) as px:
-            await post(px.url, body(max_completion_tokens=65536, tools=SHAPES_TOOLS))
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["ok"]))) as up,
+        AppServer(proxy_app(f"{up.url}#window=32768")) as px,
+    ):
+        await post(px.url, body(max_completion_tokens=65536, tools=SHAPES_TOOLS))
     sent = up.chat_requests[0].body
     assert sent["max_completion_tokens"] <= 32768 - 64
     assert "skip_special_tokens" not in sent
@@ -395,7 +409,8 @@ async def test_configured_window_overrides_and_no_engine_fields_for_unknown_engi
 
 LLAMA_OVERFLOW = (
     "This model's maximum context length is 2048 tokens. However, you requested 2751 tokens "
-    "(2731 in the messages, 20 in the completion). Please reduce the length of the messages or completion."
+    "(2731 in the messages, 20 in the completion). "
+    "Please reduce the length of the messages or completion."
 )
 
 
@@ -427,10 +442,12 @@ async def test_context_length_exceeded_learns_window_and_asks_again(stream: bool
 
 async def test_reasoning_reply_marks_the_upstream() -> None:
     raw = sse([chunk(role="assistant"), chunk(reasoning="hmm"), chunk("ok"), chunk(finish="stop")])
-    async with FakeUpstream(Reply.stream(raw)) as up:
-        async with AppServer(proxy_app(f"{up.url}#window=32768")) as px:
-            await post(px.url, body(max_tokens=100))
-            await post(px.url, body(max_tokens=100))
+    async with (
+        FakeUpstream(Reply.stream(raw)) as up,
+        AppServer(proxy_app(f"{up.url}#window=32768")) as px,
+    ):
+        await post(px.url, body(max_tokens=100))
+        await post(px.url, body(max_tokens=100))
     assert [r.body["max_tokens"] for r in up.chat_requests] == [100, 100 + 2048]
 
 
@@ -459,19 +476,22 @@ async def test_loop_cut_closes_upstream_within_100ms() -> None:
     loop = Reply.stream(
         head, delay=0.002, repeat=sse([chunk("the cat sat on the mat. ")], done=False)
     )
-    async with FakeUpstream(loop) as up, AppServer(proxy_app(up.url)) as px:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(px.url + "/chat/completions", json=body()) as r:
-                data = b""
-                async for part in r.content.iter_any():
-                    data += part
-                    if b"[DONE]" in data:
-                        t_done = time.monotonic()
-                        break
-                else:
-                    pytest.fail("the loop was not cut")
-                rec = up.chat_requests[0]
-                await asyncio.wait_for(rec.ended.wait(), 2)
+    async with (
+        FakeUpstream(loop) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.url + "/chat/completions", json=body()) as r,
+    ):
+        data = b""
+        async for part in r.content.iter_any():
+            data += part
+            if b"[DONE]" in data:
+                t_done = time.monotonic()
+                break
+        else:
+            pytest.fail("the loop was not cut")
+        rec = up.chat_requests[0]
+        await asyncio.wait_for(rec.ended.wait(), 2)
     a = assemble(data)
     assert a.done and a.content.startswith("the cat sat on the mat.")
     assert rec.disconnected
@@ -532,12 +552,12 @@ async def test_pool_limit_does_not_queue_forever() -> None:
     async with (
         FakeUpstream(hang) as up,
         AppServer(proxy_app(up.url, pool_limit=1, pool_wait=0.1)) as px,
+        aiohttp.ClientSession() as s,
     ):
-        async with aiohttp.ClientSession() as s:
-            first = await s.post(px.url + "/chat/completions", json=body())
-            t0 = time.monotonic()
-            status, headers, data = await post(px.url, body())
-            first.close()
+        first = await s.post(px.url + "/chat/completions", json=body())
+        t0 = time.monotonic()
+        status, _headers, data = await post(px.url, body())
+        first.close()
     assert status == 503 and time.monotonic() - t0 < 2
     assert orjson.loads(data)["error"]["type"]
 
@@ -581,11 +601,13 @@ async def test_404_405_413() -> None:
 
 
 async def test_inbound_api_key() -> None:
-    async with FakeUpstream(Reply.stream(text_stream(["ok"]))) as up:
-        async with AppServer(proxy_app(up.url, api_keys=["k1", "k2"])) as px:
-            s1, _, d1 = await post(px.url, body())
-            s2, _, _ = await post(px.url, body(), {"Authorization": "Bearer wrong"})
-            s3, _, _ = await post(px.url, body(), {"Authorization": "Bearer k2"})
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["ok"]))) as up,
+        AppServer(proxy_app(up.url, api_keys=["k1", "k2"])) as px,
+    ):
+        s1, _, d1 = await post(px.url, body())
+        s2, _, _ = await post(px.url, body(), {"Authorization": "Bearer wrong"})
+        s3, _, _ = await post(px.url, body(), {"Authorization": "Bearer k2"})
     assert (s1, s2, s3) == (401, 401, 200)
     assert orjson.loads(d1)["error"]["code"] == "invalid_api_key"
     assert "Authorization" not in up.chat_requests[0].headers  # our key never goes upstream
@@ -622,3 +644,45 @@ async def test_metrics_count_repairs_by_kind() -> None:
         text = await metrics_text(px)
     assert 'streamfix_repairs_total{kind="calls.' in text
     assert 'streamfix_requests_total{endpoint="chat",status="200",stream="true"} 1.0' in text
+
+
+async def test_context_error_event_inside_a_200_stream_learns_window() -> None:
+    event = {
+        "error": {
+            "message": LLAMA_OVERFLOW,
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
+    bad = Reply.stream(b"data: " + orjson.dumps(event) + b"\n\n")
+    async with FakeUpstream() as up:
+        up.push(bad, Reply.stream(text_stream(["ok"])))
+        async with AppServer(proxy_app(up.url)) as px:
+            status, _, data = await post(px.url, body(max_tokens=4096))
+    assert status == 200 and assemble(data).content == "ok" and not assemble(data).errors
+    assert [r.body["max_tokens"] < 2048 for r in up.chat_requests] == [False, True]
+
+
+async def test_null_reasoning_fields_do_not_mark_the_upstream() -> None:
+    c = chunk("ok")
+    c["choices"][0]["delta"]["reasoning_content"] = None  # vLLM sends this in every chunk
+    raw = sse([chunk(role="assistant"), c, chunk(finish="stop")])
+    async with (
+        FakeUpstream(Reply.stream(raw)) as up,
+        AppServer(proxy_app(f"{up.url}#window=32768")) as px,
+    ):
+        await post(px.url, body(max_tokens=100))
+        await post(px.url, body(max_tokens=100))
+    assert [r.body["max_tokens"] for r in up.chat_requests] == [100, 100]
+
+
+async def test_keepalive_comments_while_output_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamfix.server import app as app_module
+
+    monkeypatch.setattr(app_module, "KEEPALIVE_INTERVAL", 0.02)
+    # required soft: prose is held until a call shows up (here: never)
+    slow = Reply.events(text_stream(["a", "b", "c", "d", "e"]), delay=0.03)
+    async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url, max_reasks=0)) as px:
+        _, _, data = await post(px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"})
+    a = assemble(data)
+    assert a.comments >= 2 and a.content == "abcde"

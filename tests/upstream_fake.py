@@ -57,6 +57,12 @@ class Reply:
         return cls(parts=parts, delay=delay, **kw)
 
     @classmethod
+    def events(cls, data: bytes, delay: float = 0.0, **kw: Any) -> Reply:
+        """One write per SSE event of ``data``, ``delay`` seconds apart."""
+        parts = [e + b"\n\n" for e in data.split(b"\n\n") if e]
+        return cls(parts=parts, delay=delay, **kw)
+
+    @classmethod
     def json(cls, obj: Any, status: int = 200, **kw: Any) -> Reply:
         return cls(status=status, body=orjson.dumps(obj), content_type="application/json", **kw)
 

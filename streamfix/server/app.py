@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -82,6 +83,10 @@ PROBE_STARTUP_WAIT = 3.0
 
 _KEEPALIVE = b": keep-alive\n\n"
 
+#: A delta that carries reasoning text (not ``"reasoning_content": null``,
+#: which vLLM sends in every chunk of every model).
+_REASONING = re.compile(rb'"reasoning(?:_content)?"\s*:\s*"[^"]|<think>')
+
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -105,6 +110,26 @@ def json_error(
         body=orjson.dumps(error_body(message, type_, code, param)),
         content_type="application/json",
     )
+
+
+def relay_error(
+    status: int, raw: bytes, headers: CIMultiDict[str], content_type: str, upstream: str
+) -> web.Response:
+    """An upstream's non-200 answer for the client: passed on as is when it
+    is an OpenAI-shaped error (``{"error": …}``), else wrapped into one (an
+    HTML page from a gateway, a plain-text 404) so SDKs can read it."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
+        out = web.Response(status=status, body=raw, headers=headers)
+        out.content_type = content_type
+        return out
+    text = raw[:200].decode("utf-8", "replace").strip()
+    message = f"upstream {upstream} answered HTTP {status}" + (f": {text}" if text else "")
+    type_ = "invalid_request_error" if status < 500 else "upstream_error"
+    return json_error(status, message, type_, f"upstream_{status}")
 
 
 _STATUS_TYPES = {
@@ -258,6 +283,9 @@ def _has_reasoning(obj: dict[str, Any]) -> bool:
     for ch in obj.get("choices") or ():
         msg = ch.get("message") if isinstance(ch, dict) else None
         if isinstance(msg, dict) and (msg.get("reasoning_content") or msg.get("reasoning")):
+            return True
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, str) and "<think>" in content:
             return True
     return False
 
@@ -534,6 +562,11 @@ class Proxy:
         if b"context_length_exceeded" not in raw or "context" in att.done:
             return False
         window = window_from_error(raw)
+        if window is None:  # an error event inside a 200 stream
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data:") and b"context_length_exceeded" in line:
+                    window = window_from_error(line[5:].strip())
+                    break
         if window is None or att.reasks >= self.cfg.max_reasks:
             return False
         up.learn_window(window)
@@ -606,11 +639,9 @@ class Proxy:
                 if resp.status == 400 and await self._context_exceeded(up, att, raw):
                     continue
                 self._count("chat", False, resp.status)
-                out = web.Response(
-                    status=resp.status, body=raw, headers=response_headers(resp.headers)
+                return relay_error(
+                    resp.status, raw, response_headers(resp.headers), resp.content_type, up.name
                 )
-                out.content_type = resp.content_type
-                return out
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -668,11 +699,13 @@ class Proxy:
                             continue
                         if not client.prepared:
                             status = resp.status
-                            out = web.Response(
-                                status=resp.status, body=raw, headers=response_headers(resp.headers)
+                            return relay_error(
+                                resp.status,
+                                raw,
+                                response_headers(resp.headers),
+                                resp.content_type,
+                                up.name,
                             )
-                            out.content_type = resp.content_type
-                            return out
                         await client.commit()
                         await client.write(
                             error_event(
@@ -689,7 +722,8 @@ class Proxy:
                     return client.resp  # type: ignore[return-value]
                 log.info("asking %s again: %s", up.name, reask)
                 client.discard()
-                self._next_body(att, reask, sent)
+                if reask != "context":  # counted where the window was learned
+                    self._next_body(att, reask, sent)
         except _ClientGone:
             status = 499  # nginx's "client closed request"
             return client.resp or web.Response(status=499)
@@ -720,7 +754,7 @@ class Proxy:
         try:
             async for data in resp.content.iter_any():
                 got_data = True
-                if not reasoning_seen and b'"reasoning' in data:
+                if not reasoning_seen and _REASONING.search(data):
                     reasoning_seen = True
                     up.mark_reasoning()
                 t0 = perf()
@@ -769,6 +803,11 @@ class Proxy:
             self.metrics.count_report(session.report.counts)
         if session.stopped:
             log.info("cut %s: %s", up.name, session.report.cut)
+        if not client.committed and client.held_bytes:
+            # llama.cpp-style overflow reported as an error event in a 200 stream
+            held = b"".join(client.held)
+            if b"context_length_exceeded" in held and await self._context_exceeded(up, att, held):
+                return None if client.gone() else "context"
         if error is None and not client.committed:
             reason = self._reask_reason(att, session.report, chain.calls_emitted)
             if reason is not None:

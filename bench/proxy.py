@@ -1,0 +1,523 @@
+"""Proxy overhead: direct vs a byte-passthrough aiohttp proxy vs streamfix.
+
+    .venv/bin/python bench/proxy.py [--chunks N] [--streams 32] [--json]
+
+Three processes besides this client: a fast scripted upstream, a minimal
+aiohttp proxy that copies bytes (the fair baseline: same framework, same
+event loop, no repair), and ``streamfix serve``. In one run:
+
+- **Latency per chunk, one stream.** The upstream paces chunks (one per
+  ``--pace`` ms, so each is its own network read) and stamps each with
+  ``time.monotonic_ns()`` in a vendor field; the client subtracts on
+  arrival (CLOCK_MONOTONIC is system-wide on Linux). Reported: p50 and
+  p99 per path, and what each proxy adds over the direct path.
+- **Throughput, 32 concurrent streams.** The upstream sends as fast as it
+  can; chunks per second over all streams, per path.
+- **Vendor fields.** Every chunk's unowned fields (``system_fingerprint``,
+  ``logprobs``, ``x_vendor``, the stamp) must reach the client unchanged.
+
+The request offers tools, so every chunk goes through the whole chain
+(reasoning, repetition, detector, residue), not just the no-tools lane.
+Bounded: about 15-30 s on two shared cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_order",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        },
+    }
+]
+_VOCAB = [
+    "the",
+    "order",
+    "shipped",
+    "on",
+    "Monday",
+    "and",
+    "should",
+    "arrive",
+    "soon",
+    "from",
+    "our",
+    "warehouse",
+    "in",
+    "Lyon",
+    "please",
+    "check",
+    "tracking",
+    "number",
+    "later",
+    "today",
+    "tomorrow",
+    "parcel",
+    "courier",
+    "delayed",
+    "weather",
+    "customer",
+    "service",
+    "team",
+    "will",
+    "contact",
+    "you",
+    "if",
+    "anything",
+    "changes",
+    "meanwhile",
+    "thank",
+    "patience",
+    "refund",
+    "policy",
+    "allows",
+    "returns",
+    "within",
+    "thirty",
+    "days",
+    "receipt",
+    "invoice",
+    "attached",
+    "email",
+]
+#: Prose that never repeats (a stream of one sentence over and over is
+#: a loop, and streamfix would rightly cut it): word i is fixed by i.
+WORDS = [random.Random(i).choice(_VOCAB) + " " for i in range(4096)]
+
+
+#: Chunks per upstream write in the throughput run. Engines write one
+#: chunk per token (vLLM, llama.cpp flush each); ``--batch`` raises it to
+#: see the case where every network read carries many chunks.
+BATCH = 1
+
+
+def _word(i: int) -> str:
+    return WORDS[i % len(WORDS)]
+
+
+def _chunk(i: int, stamp: int) -> bytes:
+    word = _word(i)
+    obj = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "bench",
+        "system_fingerprint": "fp_bench",
+        "x_vendor": {"seq": i, "t": stamp},
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"content": word},
+                "logprobs": {"content": [{"token": word, "logprob": -0.5, "bytes": None}]},
+                "finish_reason": None,
+            }
+        ],
+    }
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+_ROLE = (
+    b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench",'
+    b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+)
+_FINISH = (
+    b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench",'
+    b'"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+)
+
+
+# -- the servers (each runs in its own process) ------------------------------
+
+
+async def _upstream_handler(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    n = int(body.get("x_chunks", 200))
+    pace = float(body.get("x_pace_ms", 0)) / 1000
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    now = time.monotonic_ns
+    try:
+        await resp.write(_ROLE)
+        if pace:
+            for i in range(n):
+                await asyncio.sleep(pace)
+                await resp.write(_chunk(i, now()))
+        else:
+            batch = BATCH
+            for start in range(0, n, batch):
+                await resp.write(
+                    b"".join(_chunk(i, now()) for i in range(start, min(n, start + batch)))
+                )
+        await resp.write(_FINISH)
+    except ConnectionResetError:
+        pass  # the client (or a proxy) hung up
+    return resp
+
+
+async def _passthrough_handler(request: web.Request) -> web.StreamResponse:
+    session: aiohttp.ClientSession = request.app["session"]
+    upstream: str = request.app["upstream"]
+    data = await request.read()
+    async with session.post(
+        upstream + "/chat/completions", data=data, headers={"Content-Type": "application/json"}
+    ) as up:
+        resp = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        async for part in up.content.iter_any():
+            await resp.write(part)
+        return resp
+
+
+def _serve(kind: str, port: int, upstream: str | None) -> None:
+    app = web.Application()
+    if kind == "upstream":
+        app.router.add_post("/v1/chat/completions", _upstream_handler)
+    else:
+
+        async def ctx(app: web.Application) -> Any:
+            app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+            yield
+            await app["session"].close()
+
+        app["upstream"] = upstream
+        app.cleanup_ctx.append(ctx)
+        app.router.add_post("/v1/chat/completions", _passthrough_handler)
+    web.run_app(
+        app, host="127.0.0.1", port=port, print=None, access_log=None, handler_cancellation=True
+    )
+
+
+# -- the client ----------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _wait(url: str, deadline: float) -> None:
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            try:
+                async with s.post(url + "/chat/completions", json=_req(1, 0)) as r:
+                    await r.read()
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"{url} did not come up")
+
+
+def _req(chunks: int, pace_ms: float, tools: bool = True) -> dict[str, Any]:
+    req: dict[str, Any] = {
+        "model": "bench",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Where is my order?"}],
+        "x_chunks": chunks,
+        "x_pace_ms": pace_ms,
+    }
+    if tools:
+        req["tools"] = TOOLS
+    return req
+
+
+class _Check:
+    """Every chunk's fields that streamfix does not own arrive unchanged;
+    the content (which streamfix may re-split between chunks, e.g. to
+    hold a trailing space) adds up to the same text."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.bad = 0
+        self.bad_text = 0
+
+    def event(self, obj: dict[str, Any]) -> None:
+        xv = obj.get("x_vendor")
+        if xv is None:
+            return
+        self.chunks += 1
+        word = _word(xv["seq"])
+        ch = obj["choices"][0]
+        ok = obj.get("system_fingerprint") == "fp_bench" and ch.get("logprobs") == {
+            "content": [{"token": word, "logprob": -0.5, "bytes": None}]
+        }
+        self.bad += not ok
+
+    def text(self, content: str, n: int) -> None:
+        self.bad_text += content != "".join(_word(i) for i in range(n))
+
+
+async def _stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    chunks: int,
+    pace_ms: float,
+    lat: list[float] | None,
+    check: _Check,
+    tools: bool = True,
+) -> int:
+    n = 0
+    buf = b""
+    text: list[str] = []
+    async with session.post(url + "/chat/completions", json=_req(chunks, pace_ms, tools)) as r:
+        async for part in r.content.iter_any():
+            t = time.monotonic_ns()
+            buf += part
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                if not ev.startswith(b"data: {"):
+                    continue
+                obj = orjson.loads(ev[6:])
+                check.event(obj)
+                for ch in obj.get("choices") or ():
+                    text.append(ch.get("delta", {}).get("content") or "")
+                xv = obj.get("x_vendor")
+                if xv is not None:
+                    n += 1
+                    if lat is not None:
+                        lat.append((t - xv["t"]) / 1000)  # µs
+    check.text("".join(text), chunks)
+    return n
+
+
+async def _chain_time(url: str) -> dict[str, float]:
+    """Mean time streamfix spent inside ``SSESession.feed`` per upstream
+    read, from its own ``/metrics`` histogram."""
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        text = await r.text()
+    vals = {}
+    for line in text.splitlines():
+        for key in ("streamfix_chunk_seconds_sum", "streamfix_chunk_seconds_count"):
+            if line.startswith(key + " "):
+                vals[key] = float(line.split()[1])
+    total, count = (
+        vals.get("streamfix_chunk_seconds_sum", 0.0),
+        vals.get("streamfix_chunk_seconds_count", 0.0),
+    )
+    return {
+        "reads": count,
+        "mean_us_per_read": total / count * 1e6 if count else 0.0,
+        "total_s": total,
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def _measure(paths: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        connector=conn, timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
+        # warm up every path (connections, imports, JIT-free but caches)
+        for url in paths.values():
+            await _stream(session, url, 50, 0, None, _Check())
+        for name, url in paths.items():
+            check = _Check()
+            lat: list[float] = []
+            tools = not args.no_tools
+            for _ in range(args.latency_streams):
+                await _stream(session, url, args.latency_chunks, args.pace, lat, check, tools)
+            t0 = time.perf_counter()
+            counts = await asyncio.gather(
+                *(
+                    _stream(session, url, args.chunks, 0, None, check, tools)
+                    for _ in range(args.streams)
+                )
+            )
+            wall = time.perf_counter() - t0
+            results[name] = {
+                "p50_us": statistics.median(lat),
+                "p99_us": _pct(lat, 0.99),
+                "chunks_per_s": sum(counts) / wall,
+                "chunks_checked": check.chunks,
+                "vendor_mismatches": check.bad,
+                "text_mismatches": check.bad_text,
+                "complete": all(c == args.chunks for c in counts),
+            }
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--chunks", type=int, default=400, help="chunks per stream in the throughput run"
+    )
+    p.add_argument(
+        "--streams", type=int, default=32, help="concurrent streams in the throughput run"
+    )
+    p.add_argument("--latency-chunks", type=int, default=300, help="chunks per latency stream")
+    p.add_argument("--latency-streams", type=int, default=2, help="latency streams per path")
+    p.add_argument("--pace", type=float, default=1.0, help="ms between chunks in the latency run")
+    p.add_argument(
+        "--batch", type=int, default=1, help="chunks per upstream write (throughput run)"
+    )
+    p.add_argument(
+        "--no-tools", action="store_true", help="requests without tools (the plain lane)"
+    )
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--serve", choices=["upstream", "passthrough"], help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--upstream", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    global BATCH
+    BATCH = args.batch
+    if args.serve:
+        _serve(args.serve, args.port, args.upstream)
+        return 0
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ports = {k: _free_port() for k in ("upstream", "passthrough", "streamfix")}
+    up_url = f"http://127.0.0.1:{ports['upstream']}/v1"
+    me = [sys.executable, str(Path(__file__).resolve())]
+    procs = [
+        subprocess.Popen(
+            [
+                *me,
+                "--serve",
+                "upstream",
+                "--port",
+                str(ports["upstream"]),
+                "--batch",
+                str(args.batch),
+            ],
+            env=env,
+        ),
+        subprocess.Popen(
+            [
+                *me,
+                "--serve",
+                "passthrough",
+                "--port",
+                str(ports["passthrough"]),
+                "--upstream",
+                up_url,
+            ],
+            env=env,
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamfix",
+                "serve",
+                "--upstream",
+                up_url,
+                "--port",
+                str(ports["streamfix"]),
+                "--log-level",
+                "error",
+                "--probe-interval",
+                "0",
+            ],
+            env=env,
+        ),
+    ]
+    paths = {
+        "direct": up_url,
+        "passthrough": f"http://127.0.0.1:{ports['passthrough']}/v1",
+        "streamfix": f"http://127.0.0.1:{ports['streamfix']}/v1",
+    }
+
+    async def run() -> dict[str, Any]:
+        deadline = time.monotonic() + 20
+        for url in paths.values():
+            await _wait(url, deadline)
+        res = await asyncio.wait_for(_measure(paths, args), 50)
+        res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
+        return res
+
+    t0 = time.monotonic()
+    try:
+        results = asyncio.run(run())
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    chain = results.pop("chain")
+    d, pt, sf = results["direct"], results["passthrough"], results["streamfix"]
+    summary = {
+        "added_p50_us": {
+            "passthrough": pt["p50_us"] - d["p50_us"],
+            "streamfix": sf["p50_us"] - d["p50_us"],
+        },
+        "added_p99_us": {
+            "passthrough": pt["p99_us"] - d["p99_us"],
+            "streamfix": sf["p99_us"] - d["p99_us"],
+        },
+        "latency_ratio_p50": sf["p50_us"] / pt["p50_us"],
+        "latency_ratio_p99": sf["p99_us"] / pt["p99_us"],
+        "throughput_ratio": sf["chunks_per_s"] / pt["chunks_per_s"],
+        "seconds": time.monotonic() - t0,
+        "chain": chain,
+    }
+    summary["meets_targets"] = (
+        summary["latency_ratio_p50"] <= 1.1
+        and summary["throughput_ratio"] >= 0.9
+        and all(r["vendor_mismatches"] == 0 and r["complete"] for r in results.values())
+    )
+    if args.json:
+        print(json.dumps({"paths": results, "summary": summary}, indent=2))
+        return 0
+    lane = "without tools" if args.no_tools else "with tools (whole chain)"
+    print(f"requests {lane}; upstream writes {args.batch} chunk(s) per write")
+    head = f"{'path':<12} {'p50 µs':>9} {'p99 µs':>9} {'chunks/s @' + str(args.streams):>15}"
+    print(f"{head} {'vendor ok':>12} {'text ok':>8}")
+    for name, r in results.items():
+        ok = f"{r['chunks_checked'] - r['vendor_mismatches']}/{r['chunks_checked']}"
+        txt = "yes" if r["text_mismatches"] == 0 and r["complete"] else "NO"
+        row = f"{name:<12} {r['p50_us']:>9.0f} {r['p99_us']:>9.0f} {r['chunks_per_s']:>15.0f}"
+        print(f"{row} {ok:>12} {txt:>8}")
+    a50, a99 = summary["added_p50_us"], summary["added_p99_us"]
+    print(
+        f"added over direct, p50/p99 µs: passthrough {a50['passthrough']:.0f}/"
+        f"{a99['passthrough']:.0f}, streamfix {a50['streamfix']:.0f}/{a99['streamfix']:.0f}"
+    )
+    print(
+        f"streamfix / passthrough: latency p50 {summary['latency_ratio_p50']:.2f}x "
+        f"(target <= 1.1), p99 {summary['latency_ratio_p99']:.2f}x; "
+        f"throughput {summary['throughput_ratio']:.2f}x (target >= 0.9)"
+    )
+    print(
+        f"time inside the chain (SSESession.feed): {chain['mean_us_per_read']:.1f} µs per "
+        f"upstream read, {chain['total_s']:.2f} s over {chain['reads']:.0f} reads"
+    )
+    print(f"targets met: {summary['meets_targets']}  ({summary['seconds']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
