@@ -1,0 +1,5 @@
+"""``python -m bench``: the user-facing benchmark (``bench/run.py``)."""
+
+from bench.run import main
+
+raise SystemExit(main())
