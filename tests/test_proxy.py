@@ -686,3 +686,33 @@ async def test_keepalive_comments_while_output_is_held(monkeypatch: pytest.Monke
         _, _, data = await post(px.url, {**TOOLS_BODY, "stream": True, "tool_choice": "required"})
     a = assemble(data)
     assert a.comments >= 2 and a.content == "abcde"
+
+
+async def test_weights_share_the_traffic() -> None:
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["a"]))) as a,
+        FakeUpstream(Reply.stream(text_stream(["b"]))) as b,
+        AppServer(proxy_app(f"{a.url}#weight=3", b.url)) as px,
+    ):
+        for _ in range(80):
+            await post(px.url, body())
+    share = len(a.chat_requests) / 80
+    assert 0.55 < share < 0.92  # 0.75 expected; bounds hold with p > 0.999
+
+
+async def test_window_is_probed_again_periodically() -> None:
+    def models(n: int) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "m", "owned_by": "vllm", "max_model_len": n}]}
+
+    async with (
+        FakeUpstream(routes={"/v1/models": models(4096)}) as up,
+        AppServer(proxy_app(up.url, probe_interval=0.05)) as px,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(px.root + "/healthz") as r:
+            assert (await r.json())["upstreams"][0]["window"] == 4096
+        up.routes["/v1/models"] = models(8192)
+        await asyncio.sleep(0.3)
+        async with s.get(px.root + "/healthz") as r:
+            h = (await r.json())["upstreams"][0]
+    assert (h["window"], h["engine"]) == (8192, "vllm")
