@@ -716,3 +716,22 @@ async def test_window_is_probed_again_periodically() -> None:
         async with s.get(px.root + "/healthz") as r:
             h = (await r.json())["upstreams"][0]
     assert (h["window"], h["engine"]) == (8192, "vllm")
+
+
+async def test_a_bug_in_the_chain_ends_the_stream_with_an_error_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streamfix.server import app as app_module
+
+    class Broken(app_module.SSESession):
+        def feed(self, data: bytes) -> bytes:
+            raise RuntimeError("bug")
+
+    monkeypatch.setattr(app_module, "SSESession", Broken)
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["x"]))) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        status, _, data = await post(px.url, body())
+    a = assemble(data)
+    assert status == 200 and a.errors and a.errors[0]["type"] == "internal_error" and not a.done

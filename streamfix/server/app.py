@@ -78,6 +78,9 @@ MAX_HELD_BYTES = 256 * 1024
 #: under the usual 60 s idle timeouts of load balancers and clients.
 KEEPALIVE_INTERVAL = 5.0
 
+#: Connections per upstream kept free of chat requests, for the probes.
+PROBE_CONNECTIONS = 4
+
 #: How long start-up waits for the first context-window probes.
 PROBE_STARTUP_WAIT = 3.0
 
@@ -314,9 +317,11 @@ class Proxy:
             floor=config.floor,
             reasoning_reserve=config.reasoning_reserve,
         )
+        # ``connect`` bounds the wait for a pooled connection too: a backstop
+        # behind ``_slot`` (the probes share the pool, outside the slots).
         self.timeout = aiohttp.ClientTimeout(
             total=None,
-            connect=None,
+            connect=config.pool_wait + config.connect_timeout,
             sock_connect=config.connect_timeout,
             sock_read=config.read_timeout,
         )
@@ -333,7 +338,9 @@ class Proxy:
         return self._client
 
     async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=self.cfg.pool_limit, limit_per_host=0)
+        # headroom over the request slots for the probes and /v1/models
+        limit = self.cfg.pool_limit + PROBE_CONNECTIONS * len(self.pool.upstreams)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
         self._client = aiohttp.ClientSession(
             connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
         )
@@ -799,6 +806,13 @@ class Proxy:
             self._upstream_error(up, kind)
             error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
             tail = session.fail(UpstreamProtocolError(error))
+        except (_ClientGone, asyncio.CancelledError):
+            raise
+        except Exception:  # a bug of ours: end the stream cleanly, loudly in the log
+            log.exception("internal error while repairing a stream from %s", up.name)
+            error = "internal error"
+            session.finished = True
+            tail = error_event("streamfix internal error", "internal_error")
         finally:
             self.metrics.count_report(session.report.counts)
         if session.stopped:
