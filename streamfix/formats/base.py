@@ -25,7 +25,9 @@ tries the parsers of formats sharing a marker in that order.
 
 Optional hooks with defaults: ``partial_is_call(region, tools)`` decides
 whether an unfinished region at a ``length`` cut-off was a call (then it is
-a cut-off call, neither shown nor returned); ``opaque_finder(marker)`` is
+a cut-off call, neither shown nor returned); ``is_complete(region)`` whether
+what parses there is whole (formats that tolerate missing closing tags say
+no when the last value may be cut short); ``opaque_finder(marker)`` is
 asked for when an end finder returns ``OPAQUE`` (a code fence in another
 language: the region and everything up to the finder's end is plain text
 that is not searched for calls).
@@ -95,6 +97,13 @@ class Format:
         """At a ``length`` cut-off inside an unfinished region: was this a
         call (True: it is dropped as a cut-off call) or text (released)?"""
         return self.wrapped
+
+    def is_complete(self, region: str) -> bool:
+        """At a ``length`` cut-off inside a region whose end never came:
+        whether what ``parse`` reads there is the whole call (JSON that
+        closed) rather than one with its last value cut short (an XML
+        value whose closing tag never came). Default: yes."""
+        return True
 
     def opaque_finder(self, marker: str) -> EndFinder:
         """The finder of an opaque section's end (see ``OPAQUE``); fed the

@@ -78,6 +78,9 @@ class QwenXml(Format):
             return UntilMarker("</tool_call>", skip=len(marker))
         return UntilMarker("</function>", skip=len(marker))
 
+    def is_complete(self, region: str) -> bool:
+        return region.count("<function=") == region.count("</function>")
+
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         body = region
         if body.startswith("<tool_call>"):

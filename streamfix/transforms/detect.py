@@ -403,6 +403,8 @@ class ToolTagDetector:
         verdict = "none"
         failed: Format = self._fmts[0]
         for fmt in self._fmts:
+            if at_end and length and not fmt.is_complete(region):
+                continue
             raws = fmt.parse(region, tools)
             if not raws:
                 continue

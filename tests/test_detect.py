@@ -1,0 +1,355 @@
+"""The tool-tag detector's rules (transforms/detect.py): tool awareness,
+cut-off calls, markup vs text, unrecognised markup, the fast path, the
+hold-back bound, and the real llama.cpp capture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamfix.context import Context
+from streamfix.delta import Delta
+from streamfix.transforms.detect import MAX_GAP_WS, ToolTagDetector
+
+from .detectutil import check_split_invariant, result, run_parts, run_pieces
+from .streamutil import CAPTURES, SHAPES_REQUEST, split_bytes, tool
+
+LO = '{"name": "lookup_order", "arguments": {"order_id": "A-1"}}'
+
+
+def detector(request: dict[str, Any] | None = SHAPES_REQUEST, **opts: Any) -> ToolTagDetector:
+    return ToolTagDetector(Context.of(request, opts))
+
+
+# -- the real capture --------------------------------------------------------
+
+WEATHER = {
+    "model": "m",
+    "messages": [],
+    "tools": [tool("get_weather", {"city": {"type": "string"}}, ["city"])],
+}
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 10**6])
+def test_capture_toolcall_as_text_is_a_structured_call(size: int) -> None:
+    data = (CAPTURES / "d_toolcall_as_text.sse").read_bytes()
+    a, report = run_parts(split_bytes(data, size), WEATHER)
+    assert a.content == ""
+    assert a.calls() == [("get_weather", {"city": "Tokyo"})]
+    assert a.finish_reason == "tool_calls"
+    assert a.done and not a.errors
+    assert report.counts["lifted.hermes"] == 1
+
+
+def test_capture_without_tools_is_untouched() -> None:
+    data = (CAPTURES / "d_toolcall_as_text.sse").read_bytes()
+    a, _ = run_parts([data], {"model": "m", "messages": []})
+    assert a.content.startswith("<tool_call>") and a.tool_calls == []
+
+
+# -- tool awareness ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "count"),
+    [
+        # A wrapped call to a tool not offered: markup, stripped and counted.
+        (
+            'Hi.<tool_call>{"name": "delete_all", "arguments": {}}</tool_call>',
+            "Hi.",
+            "stripped.unoffered_call",
+        ),
+        # Wrapped but not parseable: markup.
+        ("<tool_call>lookup_order please</tool_call>Ok", "Ok", "stripped.unparsed_call"),
+        # Bare JSON naming no offered tool: text.
+        (
+            '{"name": "delete_all", "arguments": {}}',
+            '{"name": "delete_all", "arguments": {}}',
+            None,
+        ),
+        # Code naming no offered tool is never a candidate.
+        ('delete_all(x="1")', 'delete_all(x="1")', None),
+        # <tools> around prose stays text.
+        ("<tools> are what you use </tools>", "<tools> are what you use </tools>", None),
+        # ... but around a call to an unknown tool it is markup.
+        ('<tools>{"name": "nope", "arguments": {}}</tools>', "", "stripped.unoffered_call"),
+    ],
+)
+def test_offered_names_only(text: str, content: str, count: str | None) -> None:
+    assert check_split_invariant(text)[:3] == (content, "", [])
+    _, report = run_pieces([text])
+    if count:
+        assert report.counts[count] == 1
+        assert report.unrecognised
+
+
+def test_no_tools_nothing_is_rewritten() -> None:
+    text = "<tool_call>" + LO + "</tool_call>"
+    a, report = run_pieces(list(text), {"model": "m", "messages": []})
+    assert a.content == text and a.tool_calls == [] and a.finish_reason == "stop"
+    assert not report.counts
+
+
+def test_bare_json_failing_schema_is_text() -> None:
+    # create_ticket requires a title: as a bare candidate, this is not a call.
+    text = '{"name": "create_ticket", "arguments": {"priority": 1}}'
+    assert check_split_invariant(text) == (text, "", [], "stop")
+
+
+def test_wrapped_call_failing_schema_is_still_lifted_and_counted() -> None:
+    text = '<tool_call>{"name": "create_ticket", "arguments": {"priority": "1"}}</tool_call>'
+    a, report = run_pieces([text])
+    assert a.calls() == [("create_ticket", {"priority": 1})]
+    assert report.counts["invalid_arguments"] == 1
+
+
+def test_arguments_converted_by_schema() -> None:
+    text = (
+        '<tool_call>{"name": "create_ticket", "arguments": {"title": 5, "priority": "2"}}'
+        "</tool_call>"
+    )
+    assert check_split_invariant(text)[2] == [("create_ticket", {"title": "5", "priority": 2})]
+
+
+# -- cut-off calls -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Let me look.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A',
+        "<tool_call>\n<function=lookup_order>\n<parameter=order_id>\nA-",
+        '{"name": "lookup_order", "arguments": {"order_',
+        "Sure.\nlookup_order(order_id='A",
+        '```json\n{"name": "lookup_order", "arguments": {',
+    ],
+)
+def test_cut_off_call_is_neither_call_nor_text(text: str) -> None:
+    got = check_split_invariant(text, finish="length")
+    before = (
+        text.split("<")[0]
+        if text.startswith("Let")
+        else text.split("\n")[0]
+        if text.startswith("Sure")
+        else ""
+    )
+    assert got == (before, "", [], "length")
+    _, report = run_pieces([text], finish="length")
+    assert report.truncated_call
+
+
+def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
+    text = 'Ok.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
+    a, report = run_pieces([text])
+    assert (a.content, a.tool_calls, a.finish_reason) == ("Ok.", [], "stop")
+    assert report.counts["stripped.unparsed_call"] == 1 and not report.truncated_call
+
+
+def test_unfinished_bare_candidate_without_length_is_text() -> None:
+    text = '{"name": "lookup_order", "arguments": {"order_'
+    assert check_split_invariant(text) == (text, "", [], "stop")
+
+
+def test_cut_off_prose_json_is_text() -> None:
+    text = '{"name": "Alice", "age": 3, "bio": "An engin'
+    assert check_split_invariant(text, finish="length") == (text, "", [], "length")
+
+
+def test_complete_call_then_cut_off_text() -> None:
+    text = "<tool_call>" + LO + "</tool_call>\nAnd then I will"
+    got = check_split_invariant(text, finish="length")
+    assert got == ("\nAnd then I will", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")
+
+
+# -- bounds ------------------------------------------------------------------
+
+
+def test_oversized_wrapped_region_is_stripped() -> None:
+    text = (
+        '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "'
+        + "x" * 500
+        + '"}}</tool_call>after'
+    )
+    a, report = run_pieces(
+        [text[i : i + 10] for i in range(0, len(text), 10)],
+        max_call_chars=100,
+        repetition=False,
+        split_reasoning=False,
+    )
+    assert (a.content, a.tool_calls) == ("after", [])
+    assert report.counts["stripped.oversized_call"] == 1
+
+
+def test_oversized_bare_region_is_text() -> None:
+    text = '{"name": "lookup_order", "arguments": {"order_id": "' + "x" * 500 + '"}}'
+    a, _ = run_pieces(
+        [text[i : i + 10] for i in range(0, len(text), 10)],
+        max_call_chars=100,
+        repetition=False,
+        split_reasoning=False,
+    )
+    assert (a.content, a.tool_calls) == (text, [])
+
+
+# -- unrecognised markup -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sure <|tool_result|> something",
+        "text <｜tool▁output▁begin｜> more",
+        "a <tool_response>x</tool_response>",
+        "[TOOL_RESULTS] nothing",
+    ],
+)
+def test_unrecognised_markup_is_counted_and_sampled_not_stripped(text: str) -> None:
+    for pieces in ([text], list(text)):
+        d = detector()
+        out = []
+        for p in pieces:
+            dl = Delta(content=p)
+            d.feed(dl)
+            out.append(dl.content or "")
+        dl = Delta(finish_reason="stop")
+        d.close(dl)
+        out.append(dl.content or "")
+        assert "".join(out) == text
+        assert d.ctx.report.counts["unrecognised_markup"] >= 1
+        assert d.ctx.report.unrecognised
+
+
+def test_plain_prose_is_not_unrecognised() -> None:
+    _, report = run_pieces(["Use <b>bold</b> and [link](x) and a < b > c."])
+    assert report.counts["unrecognised_markup"] == 0
+
+
+# -- the fast path and the hold-back bound -----------------------------------
+
+
+def test_plain_chunk_is_the_same_object() -> None:
+    d = detector()
+    d.feed(Delta(content="Hello"))  # the reply's start decided
+    for piece in ["Hello there", ", friend", " — how", " are you?"]:
+        dl = Delta(content=piece)
+        d.feed(dl)
+        assert dl.content is piece
+
+
+def test_marker_prefix_held_then_released() -> None:
+    d = detector()
+    d.feed(Delta(content="Hi"))
+    dl = Delta(content=" <tool_")
+    d.feed(dl)
+    assert dl.content == ""
+    dl = Delta(content="box> ok")
+    d.feed(dl)
+    assert dl.content == " <tool_box> ok"
+
+
+ALPHABET = st.sampled_from(
+    [
+        "a",
+        " ",
+        "\n",
+        "<",
+        ">",
+        "{",
+        "}",
+        "[",
+        "(",
+        ")",
+        "`",
+        "tool",
+        "_call",
+        "call:",
+        "lookup_order",
+        "```",
+        "<tool_call>",
+        "{{",
+        "refresh_cache(",
+        "é",
+        "\u200b",
+        '"',
+    ]
+)
+
+
+@given(st.lists(ALPHABET, max_size=40), st.lists(st.integers(1, 6), min_size=1, max_size=40))
+def test_hold_back_bound(tokens: list[str], sizes: list[int]) -> None:
+    """Outside a region, what is held never exceeds the documented bound,
+    and joining every piece released gives the text back when nothing
+    was lifted or stripped."""
+    text = "".join(tokens)
+    d = detector()
+    out: list[str] = []
+    i = k = 0
+    while i < len(text):
+        n = sizes[k % len(sizes)]
+        k += 1
+        dl = Delta(content=text[i : i + n])
+        i += n
+        d.feed(dl)
+        out.append(dl.content or "")
+        if not d.in_region:
+            assert d.held <= d.hold_bound
+            # Only blanks and a marker prefix are ever held.
+            held_text = text[:i][len("".join(out)) :] if not d.ctx.report.counts else None
+            if held_text is not None:
+                assert len(held_text.rstrip()) <= len(held_text) and len(held_text) == d.held
+    dl = Delta(finish_reason="stop")
+    d.close(dl)
+    out.append(dl.content or "")
+    if not d.ctx.report.counts and not d.ctx.report.truncated_call:
+        assert "".join(out) == text
+
+
+def test_hold_bound_is_longest_prefix_plus_gap() -> None:
+    d = detector()
+    assert d.hold_bound == MAX_GAP_WS + d.m.maxlen - 1
+
+
+# -- several calls, text kept verbatim ---------------------------------------
+
+
+def test_text_between_calls_is_kept_in_order() -> None:
+    text = (
+        "First:\n<tool_call>" + LO + "</tool_call>\nthen **this** text,\n"
+        "call:refresh_cache{}\nand finally `code`."
+    )
+    got = check_split_invariant(text)
+    assert got == (
+        "First:\nthen **this** text,\nand finally `code`.",
+        "",
+        [("lookup_order", {"order_id": "A-1"}), ("refresh_cache", {})],
+        "tool_calls",
+    )
+
+
+def test_structured_and_text_calls_together() -> None:
+    from .streamutil import chunk, sse
+
+    data = sse(
+        [
+            chunk(role="assistant", content=""),
+            chunk("<tool_call>" + LO + "</tool_call>"),
+            chunk(
+                tool_calls=[
+                    {
+                        "index": 0,
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "refresh_cache", "arguments": "{}"},
+                    }
+                ]
+            ),
+            chunk(finish="tool_calls"),
+        ]
+    )
+    a, _ = run_parts([data])
+    assert sorted(n for n, _ in a.calls()) == ["lookup_order", "refresh_cache"]
+    assert a.finish_reason == "tool_calls"
+    assert result(a)[0] == ""
