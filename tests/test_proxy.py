@@ -735,3 +735,19 @@ async def test_a_bug_in_the_chain_ends_the_stream_with_an_error_event(
         status, _, data = await post(px.url, body())
     a = assemble(data)
     assert status == 200 and a.errors and a.errors[0]["type"] == "internal_error" and not a.done
+
+
+async def test_app_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamfix.server.app import app_from_env
+    from streamfix.server.config import ConfigError
+
+    for k in [k for k in __import__("os").environ if k.startswith("STREAMFIX_")]:
+        monkeypatch.delenv(k)
+    with pytest.raises(ConfigError):
+        app_from_env()
+    async with FakeUpstream(Reply.stream(text_stream(["ok"]))) as up:
+        monkeypatch.setenv("STREAMFIX_UPSTREAM", up.url)
+        monkeypatch.setenv("STREAMFIX_PROBE_INTERVAL", "0")
+        async with AppServer(app_from_env()) as px:
+            _, _, data = await post(px.url, body())
+    assert assemble(data).content == "ok"

@@ -851,3 +851,24 @@ def create_app(config: ServerConfig) -> web.Application:
     app.router.add_get("/healthz", proxy.healthz)
     app.router.add_get("/metrics", proxy.metrics_endpoint)
     return app
+
+
+def app_from_env() -> web.Application:
+    """The proxy configured from ``STREAMFIX_*`` variables (and
+    ``STREAMFIX_CONFIG``), for process managers that import an app::
+
+        STREAMFIX_UPSTREAM=http://127.0.0.1:8080/v1 gunicorn \\
+            'streamfix.server.app:app_from_env()' \\
+            --worker-class aiohttp.GunicornWebWorker --workers 4 --bind 127.0.0.1:8787
+
+    (gunicorn's aiohttp worker does not cancel handlers on disconnect; the
+    proxy then notices a gone client at the next upstream read.)
+    """
+    import os
+
+    from .config import ConfigError, build_config
+
+    cfg = build_config({}, os.environ)
+    if not cfg.upstreams:
+        raise ConfigError("no upstream: set STREAMFIX_UPSTREAM or [[upstream]] in STREAMFIX_CONFIG")
+    return create_app(cfg)
