@@ -61,6 +61,7 @@ FT = llama.FunctionTag()
 DS = deepseek.ToolCalls()
 DSML = deepseek.Dsml()
 KI = kimi.Kimi()
+K3 = kimi.KimiK3()
 GL = glm.Glm()
 HA = harmony.Harmony()
 GR = granite.Granite()
@@ -295,6 +296,22 @@ CASES: list[Case] = [
         KI,
         '<|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|>',
         [("functions.lookup_order", LO)],
+    ),
+    # --- Kimi K3 XTML
+    Case(
+        "kimi-k3",
+        K3,
+        '<|open|>tools<|sep|>\n<|open|>call tool="create_ticket" index="1"<|sep|>'
+        '<|open|>argument key="title" type="string"<|sep|>Printer on fire<|close|>argument<|sep|>'
+        '<|open|>argument key="priority" type="integer"<|sep|>1<|close|>argument<|sep|>'
+        '<|close|>call<|sep|>\n<|open|>call tool="refresh_cache" index="2"<|sep|><|close|>call<|sep|>\n<|close|>tools<|sep|>',
+        [("create_ticket", CT), ("refresh_cache", {})],
+    ),
+    Case(
+        "kimi-k3-bare-call",
+        K3,
+        '<|open|>call tool="lookup_order" index="1"<|sep|><|open|>argument key="order_id" type="string"<|sep|>F-6<|close|>argument<|sep|><|close|>call<|sep|>',
+        [("lookup_order", LO)],
     ),
     # --- GLM 4.5 / 4.7
     Case(
@@ -543,6 +560,8 @@ MARKUP: list[tuple[Format, str]] = [
     (DSML, "<function_calls>Some prose, not calls.</function_calls>"),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
     (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
+    (K3, "<|open|>tools<|sep|>nothing<|close|>tools<|sep|>"),
+    (K3, '<|open|>call tool="x"<|sep|><|open|>argument key="a" type="string"<|sep|>cut'),
     (
         GL,
         "<tool_call>lookup_order\n<arg_key>order_id</arg_key>\nstray<arg_value>1</arg_value></tool_call>",

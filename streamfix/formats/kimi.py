@@ -10,13 +10,22 @@ for the detector to resolve; some fine-tunes drop it). vLLM
 model sometimes writes; SGLang ``kimik2_detector.py`` and llama.cpp's Kimi
 K2 handler parse the same tokens. A call written without the section
 tokens (``<|tool_call_begin|>…<|tool_call_end|>``) is a region of its own.
+
+Kimi K3 replaced these with "XTML" channels (SGLang ``kimik3_detector.py`` /
+``kimik3_format.py``; vLLM ``kimi_k3_tool_parser.py``):
+``<|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|>``
+``<|open|>argument key="k" type="string"<|sep|>raw text<|close|>argument<|sep|>``
+``<|close|>call<|sep|><|close|>tools<|sep|>``; ``type="string"`` values are
+raw text, other types JSON; attribute values use ``&quot;``/``&amp;``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import orjson
 
 from ..context import ToolSpec
 from .base import EndFinder, Format, RawCall
@@ -62,4 +71,70 @@ class Kimi(Format):
         return calls or None
 
 
-FORMATS: list[Format] = [Kimi()]
+K3_TOOLS_OPEN = "<|open|>tools<|sep|>"
+K3_TOOLS_CLOSE = "<|close|>tools<|sep|>"
+K3_CALL_OPEN = "<|open|>call "
+K3_CALL_CLOSE = "<|close|>call<|sep|>"
+
+_K3_CALL = re.compile(
+    r"<\|open\|>call\s+((?:(?!<\|sep\|>).)*?)<\|sep\|>(.*?)<\|close\|>call<\|sep\|>", re.DOTALL
+)
+_K3_ARG = re.compile(
+    r"<\|open\|>argument\s+((?:(?!<\|sep\|>).)*?)<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>",
+    re.DOTALL,
+)
+_K3_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _attrs(text: str) -> dict[str, str]:
+    return {k: v.replace("&quot;", '"').replace("&amp;", "&") for k, v in _K3_ATTR.findall(text)}
+
+
+def _k3_blank(text: str) -> bool:
+    return not text.replace(K3_TOOLS_OPEN, "").replace(K3_TOOLS_CLOSE, "").strip()
+
+
+class KimiK3(Format):
+    name: ClassVar[str] = "kimi_k3"
+    markers: ClassVar[tuple[str, ...]] = (K3_TOOLS_OPEN, K3_CALL_OPEN)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        close = K3_CALL_CLOSE if marker == K3_CALL_OPEN else K3_TOOLS_CLOSE
+        return UntilMarker(close, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        calls: list[RawCall] = []
+        pos = 0
+        for m in _K3_CALL.finditer(region):
+            if not _k3_blank(region[pos : m.start()]):
+                return None
+            pos = m.end()
+            name = _attrs(m.group(1)).get("tool", "")
+            if not name:
+                return None
+            args: dict[str, Any] = {}
+            apos = 0
+            body = m.group(2)
+            for a in _K3_ARG.finditer(body):
+                if body[apos : a.start()].strip():
+                    return None
+                apos = a.end()
+                attrs = _attrs(a.group(1))
+                raw = a.group(2)
+                if attrs.get("type", "string") == "string":
+                    args[attrs.get("key", "")] = raw
+                else:
+                    try:
+                        args[attrs.get("key", "")] = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        args[attrs.get("key", "")] = raw
+            if body[apos:].strip():
+                return None
+            calls.append(RawCall(name, args))
+        if not calls or not _k3_blank(region[pos:]):
+            return None
+        return calls
+
+
+FORMATS: list[Format] = [Kimi(), KimiK3()]
