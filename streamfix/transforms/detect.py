@@ -67,10 +67,9 @@ UNRECOGNISED = re.compile(
     r"|</?[A-Za-z_]*(?:tool|function)[A-Za-z_]*(?:[ =][^<>\n]{0,48})?>"
     r"|\[/?(?:TOOL_[A-Z_]+|ARGS|CALL_ID|AVAILABLE_TOOLS|/?INST)\]"
 )
-#: Characters that can start UNRECOGNISED; released text without them is
+#: UNRECOGNISED starts with ``<`` or ``[``: released text without them is
 #: not searched. Text kept between pieces so a token split over two chunks
 #: is still seen: at most this long.
-_UNRECOGNISED_START = re.compile(r"[<\[]")
 _CARRY_MAX = 64
 
 
@@ -84,12 +83,13 @@ def _trie(words: Iterable[str]) -> dict[str, Any]:
     return root
 
 
-def _rx(node: dict[str, Any], partial: bool, top: bool = False) -> str:
+def _rx(node: dict[str, Any], partial: bool, top: bool = False, guard_words: bool = True) -> str:
     """Regex of a trie: ``partial=False`` matches a whole marker (longest
-    first); ``partial=True`` any non-empty prefix of one."""
+    first); ``partial=True`` any non-empty prefix of one. ``guard_words``:
+    a marker starting with a word character must not follow one."""
     alts = []
     for c in sorted(k for k in node if k):
-        guard = _NOT_AFTER_WORD if top and c in _WORD else ""
+        guard = _NOT_AFTER_WORD if top and guard_words and c in _WORD else ""
         sub = _rx(node[c], partial)
         if partial:
             alts.append(f"{guard}{re.escape(c)}(?:{sub})?" if sub else f"{guard}{re.escape(c)}")
@@ -109,9 +109,7 @@ def _prefixes(words: Iterable[str]) -> frozenset[str]:
 class Matcher:
     """The compiled markers of one request (see module docstring)."""
 
-    __slots__ = (
-        "find", "groups", "lead", "lead_prefixes", "lead_tail", "maxlen", "prefixes", "tail"
-    )
+    __slots__ = ("groups", "lead", "lead_prefixes", "lead_tail", "maxlen", "prefixes", "scan")
 
     def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
         mk = markers_for(tools)
@@ -120,8 +118,21 @@ class Matcher:
         every = tuple(dict.fromkeys((*mk.anywhere, *mk.leading)))
         self.maxlen = max((len(m) for m in every), default=1)
         never = r"(?!x)x"
-        self.find = re.compile(_rx(_trie(anywhere), False, True) or never)
-        self.tail = re.compile("(?:" + (_rx(_trie(anywhere), True, True) or never) + r")\Z")
+        # One search per piece finds the leftmost of: a whole marker
+        # (group 1), or a marker's prefix running to the end of the text.
+        # The lookahead of the markers' first characters lets the regex
+        # engine skip along the text; the word boundary before a name marker
+        # is checked by the caller (a lookbehind per position is slower).
+        first = "".join(sorted({w[0] for w in anywhere}))
+        self.scan = re.compile(
+            f"(?=[{re.escape(first)}])(?:("
+            + (_rx(_trie(anywhere), False, True, False) or never)
+            + ")|(?:"
+            + (_rx(_trie(anywhere), True, True, False) or never)
+            + r")\Z)"
+            if anywhere
+            else never
+        )
         self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
         self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
         self.prefixes = _prefixes(anywhere)
@@ -212,6 +223,38 @@ class ToolTagDetector:
 
     # -- Transform ---------------------------------------------------------
 
+    def feed_text(self, text: str) -> bool:
+        """The chain's plain-text lane (``delta.TextLane``): True, with the
+        text taken in, when ``feed`` would pass it through unchanged;
+        False, with nothing changed, otherwise."""
+        if not text:
+            return True  # feed() would not look at it either
+        if self._held or self._leading or self._finder is not None or self._opaque is not None:
+            return False
+        last = text[-1]
+        if last.isspace():
+            return False  # blanks before a possible call are held: feed()
+        mm = self.m.scan.search(text)
+        if mm is not None and self._search(text) is not None:
+            return False  # a marker or a marker's prefix: feed()
+        # Released as is (``_release`` inlined: this is the hot path).
+        self._prev = last
+        self._since_call = False
+        if self._carry or "<" in text or "[" in text:
+            self._watch(text)
+        return True
+
+    def _search(self, s: str) -> re.Match[str] | None:
+        """The leftmost marker or marker prefix (to the end) in ``s``."""
+        scan = self.m.scan.search
+        mm = scan(s)
+        while mm is not None:
+            i = mm.start()
+            if s[i] not in _WORD or (s[i - 1] if i else self._prev) not in _WORD:
+                return mm
+            mm = scan(s, i + 1)  # a name marker glued to a word: not one
+        return None
+
     def feed(self, d: Delta) -> None:
         text = d.content
         if not text:
@@ -282,20 +325,17 @@ class ToolTagDetector:
             if not final and m.lead_tail.match(s):
                 self._hold(s, len(s) - len(s.lstrip()), out)
                 return None
-        prev = self._prev
-        fm = m.find.search(prev + s, len(prev)) if prev else m.find.search(s)
-        if fm is not None:
-            start = fm.start() - len(prev)
+        mm = self._search(s)
+        if mm is not None and mm.group(1) is not None:
+            start = mm.start()
             if final or s[start:] not in m.prefixes:
-                return self._start(s, start, fm.group(), out)
-            self._hold(s, start, out)
+                return self._start(s, start, mm.group(1), out)
+            self._hold(s, start, out)  # a longer marker may still follow
             return None
         if final:
             self._held = s  # released (or dropped) by _process
             return None
-        lo = max(0, len(s) - m.maxlen + 1)
-        tm = m.tail.search(prev + s, len(prev) + lo) if prev else m.tail.search(s, lo)
-        self._hold(s, len(s) if tm is None else tm.start() - len(prev), out)
+        self._hold(s, len(s) if mm is None else mm.start(), out)
         return None
 
     def _hold(self, s: str, at: int, out: list[str]) -> None:
@@ -316,7 +356,7 @@ class ToolTagDetector:
         self._prev = text[-1]
         if (self._leading or self._since_call) and not text.isspace():
             self._leading = self._since_call = False
-        if self._carry or _UNRECOGNISED_START.search(text):
+        if self._carry or "<" in text or "[" in text:
             self._watch(text)
 
     def _watch(self, text: str) -> None:

@@ -62,6 +62,10 @@ class ReasoningSplitter:
         self._held = ""
         self._searched = 0  # START: how far ``_held`` has been searched
 
+    def feed_text(self, text: str) -> bool:
+        """The chain's plain-text lane (``delta.TextLane``)."""
+        return self._state == _TEXT and not self._held and "<" not in text
+
     def feed(self, d: Delta) -> None:
         self._run(d, False)
 
