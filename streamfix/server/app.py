@@ -165,6 +165,11 @@ class _ClientStream:
     def prepared(self) -> bool:
         return self.resp is not None
 
+    @property
+    def response(self) -> web.StreamResponse:
+        assert self.resp is not None, "not prepared"
+        return self.resp
+
     async def prepare(self, extra: CIMultiDict[str]) -> None:
         if self.resp is not None:
             return
@@ -697,7 +702,7 @@ class Proxy:
                         return self._failure_response(f)
                     await client.commit()
                     await client.write(error_event(f.message, "upstream_error", f.kind))
-                    return client.resp  # type: ignore[return-value]
+                    return client.response
                 self._record(up, sent)
                 try:
                     if resp.status != 200:
@@ -719,14 +724,14 @@ class Proxy:
                                 f"upstream {up.name} answered HTTP {resp.status}", "upstream_error"
                             )
                         )
-                        return client.resp  # type: ignore[return-value]
+                        return client.response
                     await client.prepare(response_headers(resp.headers))
                     session = SSESession(client_body)
                     reask = await self._pump(up, resp, session, client, att)
                 finally:
                     resp.close()
                 if reask is None:
-                    return client.resp  # type: ignore[return-value]
+                    return client.response
                 log.info("asking %s again: %s", up.name, reask)
                 client.discard()
                 if reask != "context":  # counted where the window was learned
