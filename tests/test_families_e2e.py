@@ -134,3 +134,35 @@ def test_unoffered_name_in_family_markup_is_stripped() -> None:
     assert a.tool_calls == []
     assert "delete_everything" not in a.content
     assert a.content.split() == ["OK.", "Bye."]
+
+
+#: Calls whose closing token is a stop token engines usually do not send
+#: (or that have none): the stream may end right where the JSON closes.
+AT_END = [
+    c
+    for c in E2E
+    if c.id
+    in {
+        "mistral-old",
+        "mistral-v11",
+        "llama-python-tag",
+        "llama4-python-start-no-end",
+        "harmony-no-call-token",
+        "granite",
+        "phi4",
+        "internlm2-no-end-token",
+        "apertus-no-suffix",
+    }
+]
+
+
+@pytest.mark.parametrize("case", AT_END, ids=[c.id for c in AT_END])
+@pytest.mark.parametrize("finish", ["stop", "tool_calls", "length"])
+def test_family_call_at_the_end_of_the_stream(case: Case, finish: str) -> None:
+    """The stream ends where the call's JSON closes, before any optional
+    closing token: a whole call, lifted, whatever the finish reason."""
+    text = BEFORE + case.region
+    for pieces in ([text], list(text)):
+        a = fix_text(pieces, finish=finish)
+        assert outcome(a)[1] == expected_calls(case)
+        assert a.content.strip() == BEFORE.strip()
