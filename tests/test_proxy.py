@@ -751,3 +751,24 @@ async def test_app_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         async with AppServer(app_from_env()) as px:
             _, _, data = await post(px.url, body())
     assert assemble(data).content == "ok"
+
+
+async def test_upstream_ignoring_stream_gets_its_json_sent_as_a_stream() -> None:
+    text = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A1"}}</tool_call>'
+    obj = completion(text, usage={"total_tokens": 3}, system_fingerprint="fp")
+    async with FakeUpstream(Reply.json(obj)) as up, AppServer(proxy_app(up.url)) as px:
+        status, headers, data = await post(px.url, {**TOOLS_BODY, "stream": True})
+    a = assemble(data)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    assert a.done and a.finish_reason == "tool_calls"
+    assert [c["function"]["name"] for c in a.tool_calls] == ["lookup_order"]
+    assert b'"usage":{"total_tokens":3}' in data and b'"system_fingerprint":"fp"' in data
+
+
+async def test_upstream_json_error_with_200_on_a_stream_is_502() -> None:
+    async with (
+        FakeUpstream(Reply.json({"error": "model not loaded"})) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        status, _, data = await post(px.url, body())
+    assert status == 502 and orjson.loads(data)["error"] == "model not loaded"

@@ -25,6 +25,10 @@ soft mode and no call (asked with an instruction naming the tools); the
 upstream said ``context_length_exceeded`` (the window is learned from the
 message, the request clamped).
 
+*An upstream that ignores* ``stream: true`` and answers one JSON
+completion: it is repaired like a non-streamed reply and sent to the
+client as a stream (``completion_to_sse``); a JSON error there is a 502.
+
 *Cancellation paths* (each closes the upstream response, in ``finally``):
 the client disconnects (the handler is cancelled when the server runs
 with ``handler_cancellation=True``, as ``streamfix serve`` does, and a
@@ -53,6 +57,7 @@ from ..chain import Chain
 from ..context import Context, Report, tools_of
 from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
+from ..sse import DONE_EVENT, encode_data
 from .budget import BudgetPolicy, clamp_request, engine_fields, probe_upstream, window_from_error
 from .config import ServerConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -285,6 +290,34 @@ def raise_allowance(
             cur = (sent or body).get(key) or body[key] or reservation
             out[key] = max(int(cur) * 2, body[key])
     return out
+
+
+def completion_to_sse(completion: dict[str, Any]) -> bytes:
+    """A whole ``chat.completion`` as the stream a client expects: per
+    choice, one chunk with the message, one with the finish reason; usage
+    on the last; then ``[DONE]``."""
+    top = {k: v for k, v in completion.items() if k not in ("choices", "usage", "object")}
+    top["object"] = "chat.completion.chunk"
+    chunks: list[dict[str, Any]] = []
+    for pos, ch in enumerate(completion.get("choices") or ()):
+        if not isinstance(ch, dict):
+            continue
+        index = ch.get("index", pos)
+        delta = dict(ch.get("message") or {})
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            delta["tool_calls"] = [
+                {"index": i, **c} for i, c in enumerate(calls) if isinstance(c, dict)
+            ]
+        extra = {k: v for k, v in ch.items() if k not in ("index", "message", "finish_reason")}
+        chunks.append(
+            {**top, "choices": [{"index": index, "delta": delta, **extra, "finish_reason": None}]}
+        )
+        fin = {"index": index, "delta": {}, "finish_reason": ch.get("finish_reason")}
+        chunks.append({**top, "choices": [fin]})
+    if "usage" in completion and chunks:
+        chunks[-1]["usage"] = completion["usage"]
+    return b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT
 
 
 def _has_reasoning(obj: dict[str, Any]) -> bool:
@@ -725,6 +758,11 @@ class Proxy:
                             )
                         )
                         return client.response
+                    if resp.content_type == "application/json":
+                        # the upstream ignored ``stream``: one completion (or an
+                        # error) as JSON; repaired, then sent as a stream
+                        raw = await resp.read()
+                        return await self._json_as_stream(up, raw, client, client_body)
                     await client.prepare(response_headers(resp.headers))
                     session = SSESession(client_body)
                     reask = await self._pump(up, resp, session, client, att)
@@ -744,6 +782,28 @@ class Proxy:
             raise
         finally:
             self._count("chat", True, status)
+
+    async def _json_as_stream(
+        self, up: Upstream, raw: bytes, client: _ClientStream, client_body: dict[str, Any]
+    ) -> web.StreamResponse:
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
+            self._upstream_error(up, "protocol")
+            if isinstance(obj, dict) and "error" in obj:
+                return relay_error(502, raw, CIMultiDict(), "application/json", up.name)
+            return json_error(
+                502, f"upstream {up.name} sent JSON that is not a completion", "upstream_error"
+            )
+        ctx = Context.of(client_body, {})
+        fixed = Chain(ctx).complete(obj)
+        self.metrics.count_report(ctx.report.counts)
+        await client.prepare(CIMultiDict())
+        await client.commit()
+        await client.write(completion_to_sse(fixed))
+        return client.response
 
     async def _pump(
         self,
