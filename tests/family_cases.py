@@ -366,6 +366,12 @@ CASES: list[Case] = [
         "<|channel|>analysis to=functions.refresh_cache<|message|>{}<|call|>",
         [("functions.refresh_cache", {})],
     ),
+    Case(
+        "harmony-glued-json",
+        HA,
+        '<|start|>assistant<|channel|>commentary to=functions.lookup_orderjson<|message|>{"order_id": "F-6"}<|call|>',
+        [("functions.lookup_order", LO)],
+    ),
     aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
     aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
     # --- Granite

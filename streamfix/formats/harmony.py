@@ -11,6 +11,11 @@ a function (OpenAI harmony cookbook, "Function calling"; vLLM
   ``<|message|>{…}<|call|>``
 - without ``<|constrain|>`` (``…to=functions.NAME<|message|>{…}``).
 
+The model sometimes glues the content type to the name
+(``to=functions.shelljson<|message|>``, llama.cpp PR #15158): a name ending
+in ``json`` that is not an offered tool loses that suffix when what is left
+is one.
+
 ``<|call|>`` is a stop token, so most engines never send it: the region
 ends where the JSON closes, taking a ``<|call|>`` right after it.
 """
@@ -53,7 +58,14 @@ class Harmony(Format):
         args = strip_trailer(body, CALL)
         if not args.startswith("{"):
             return None
-        return [RawCall(m.group(1), args)]
+        return [RawCall(_unglue(m.group(1), tools), args)]
+
+
+def _unglue(name: str, tools: Mapping[str, ToolSpec]) -> str:
+    bare = name.rsplit(".", 1)[-1]
+    if bare not in tools and bare.endswith("json") and bare[:-4] in tools:
+        return name[:-4]
+    return name
 
 
 FORMATS: list[Format] = [Harmony()]
