@@ -99,6 +99,12 @@ CASES: list[Case] = [
         [("create_ticket", {"title": "a ] b }", "priority": 1})],
         after="[TOOL_CALLS]",
     ),
+    Case(
+        "mistral-old-python-quotes",
+        M,
+        "[TOOL_CALLS] [{'name': 'create_ticket', 'arguments': {'title': 'Printer on fire', 'priority': 1}}]",
+        [("create_ticket", CT)],
+    ),
     # --- Mistral: v11+ name[ARGS]{...}
     Case(
         "mistral-v11",
@@ -148,6 +154,12 @@ CASES: list[Case] = [
         '<|python_tag|>{"name": "refresh_cache", "parameters": {}}<|eo',
         [("refresh_cache", {})],
         after="x and more",
+    ),
+    Case(
+        "llama32-type-function",
+        PT,
+        '<|python_tag|>{"type": "function", "name": "lookup_order", "parameters": {"order_id": "F-6"}}',
+        [("lookup_order", LO)],
     ),
     Case(
         "llama-python-tag-list",
