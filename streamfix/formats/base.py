@@ -87,6 +87,9 @@ class Format:
     wrapped: ClassVar[bool] = True
     unoffered_is_markup: ClassVar[bool | None] = None  # None: same as ``wrapped``
     priority: ClassVar[int] = 100
+    #: The markers count only at the start of a line (after blanks): a
+    #: call written as code starts its line, ``x = lookup_order(…)`` is code.
+    line_start: ClassVar[bool] = False
 
     @property
     def markup_if_unoffered(self) -> bool:

@@ -2,10 +2,11 @@
 or with Python keyword arguments, ``lookup_order(order_id="D-4")``.
 
 Markers are made from the offered tool names (``NAME(`` and
-``functions.NAME(``, at a word boundary), so only offered tools can start a
-region. The call must end its line (``scan.BalancedLine``): prose such as
-``lookup_order(id) returns the order`` is released as text as soon as the
-words after the parenthesis arrive. Arguments must be literals (JSON or
+``functions.NAME(``, at the start of a line), so only offered tools can
+start a region and ``x = lookup_order(…)`` is code. The call must end
+its line (``scan.BalancedLine``): prose such as ``lookup_order(id)
+returns the order`` is released as text as soon as the words after the
+parenthesis arrive. Arguments must be literals (JSON or
 Python); a variable or an expression is code, not a call. A single
 positional literal is accepted for a tool with exactly one parameter.
 """
@@ -56,6 +57,7 @@ def code_call(text: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
 class CodeCall(Format):
     name = "code_call"
     wrapped = False
+    line_start = True
     priority = 60
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 The shape of vLLM's ``pythonic_tool_parser`` (Llama 3.2 / 4 prompts, and
 small models trained on them): a Python list of calls with literal keyword
 arguments. Read with ``ast`` (never evaluated). Starts at ``[NAME(`` for an
-offered tool anywhere, or at a ``[`` that opens the reply; the list must
+offered tool at the start of a line, or at a ``[`` that opens the reply; the list must
 end its line, like a one-line code call.
 """
 
@@ -56,6 +56,7 @@ class Pythonic(Format):
     name = "pythonic"
     leading = ("[",)
     wrapped = False
+    line_start = True
     priority = 55
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:

@@ -109,7 +109,9 @@ def _prefixes(words: Iterable[str]) -> frozenset[str]:
 class Matcher:
     """The compiled markers of one request (see module docstring)."""
 
-    __slots__ = ("groups", "lead", "lead_prefixes", "lead_tail", "maxlen", "prefixes", "scan")
+    __slots__ = (
+        "groups", "lead", "lead_prefixes", "lead_tail", "line_start", "maxlen", "prefixes", "scan"
+    )
 
     def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
         mk = markers_for(tools)
@@ -136,6 +138,10 @@ class Matcher:
         self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
         self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
         self.prefixes = _prefixes(anywhere)
+        #: Markers that count only at the start of a line.
+        self.line_start = frozenset(
+            mk for mk, fs in self.groups.items() if all(f.line_start for f in fs)
+        )
         self.lead_prefixes = _prefixes(every)
 
 
@@ -175,6 +181,7 @@ class ToolTagDetector:
         "_held",
         "_leading",
         "_lifted",
+        "_line_blank",
         "_marker",
         "_opaque",
         "_parts",
@@ -192,6 +199,7 @@ class ToolTagDetector:
         self._held = ""  # outside a region: blanks + a marker's prefix
         self._leading = True  # nothing but blanks released yet
         self._since_call = False  # nothing but blanks since the last call
+        self._line_blank = True  # nothing but blanks released on this line
         self._prev = ""  # the last character released (word boundaries)
         self._finder: EndFinder | None = None
         self._fmts: tuple[Format, ...] = ()
@@ -240,6 +248,7 @@ class ToolTagDetector:
         # Released as is (``_release`` inlined: this is the hot path).
         self._prev = last
         self._since_call = False
+        self._line_blank = False  # ``last`` is not blank
         if self._carry or "<" in text or "[" in text:
             self._watch(text)
         return True
@@ -247,13 +256,23 @@ class ToolTagDetector:
     def _search(self, s: str) -> re.Match[str] | None:
         """The leftmost marker or marker prefix (to the end) in ``s``."""
         scan = self.m.scan.search
+        line_start = self.m.line_start
         mm = scan(s)
         while mm is not None:
             i = mm.start()
-            if s[i] not in _WORD or (s[i - 1] if i else self._prev) not in _WORD:
+            if s[i] in _WORD and (s[i - 1] if i else self._prev) in _WORD:
+                pass  # a name marker glued to a word: not one
+            elif mm.group(1) in line_start and not self._at_line_start(s, i):
+                pass  # code calls start their line
+            else:
                 return mm
-            mm = scan(s, i + 1)  # a name marker glued to a word: not one
+            mm = scan(s, i + 1)
         return None
+
+    def _at_line_start(self, s: str, i: int) -> bool:
+        j = s.rfind("\n", 0, i)
+        before = s[j + 1 : i]
+        return (not before or before.isspace()) and (j >= 0 or self._line_blank)
 
     def feed(self, d: Delta) -> None:
         text = d.content
@@ -354,6 +373,10 @@ class ToolTagDetector:
             return
         out.append(text)
         self._prev = text[-1]
+        nl = text.rfind("\n")
+        tail = text[nl + 1 :]
+        blank = not tail or tail.isspace()
+        self._line_blank = blank if nl >= 0 else self._line_blank and blank
         if (self._leading or self._since_call) and not text.isspace():
             self._leading = self._since_call = False
         if self._carry or "<" in text or "[" in text:
@@ -456,6 +479,7 @@ class ToolTagDetector:
                 self._lifted += len(calls)
                 self._since_call = True
                 self._prev = ""
+                self._line_blank = True
                 self._clear()
                 return
             failed = fmt
