@@ -1,0 +1,150 @@
+"""Argument parsing, repair and schema conversion (streamfix/args.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamfix.args import (
+    INVALID,
+    coerce,
+    looks_truncated,
+    parse_call_args,
+    parse_object,
+    parse_value,
+    to_object,
+    validate,
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "priority": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "urgent": {"type": "boolean"},
+        "tags": {"type": "array"},
+        "meta": {"type": "object"},
+        "level": {"type": "string", "enum": ["low", "high"]},
+    },
+    "required": ["title"],
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "repaired"),
+    [
+        ('{"a": 1}', {"a": 1}, False),
+        ('{"a": 1,}', {"a": 1}, True),
+        ('{"a": [1, 2,],}', {"a": [1, 2]}, True),
+        ("{'a': 'x', 'b': True, 'c': None}", {"a": "x", "b": True, "c": None}, True),
+        ("{'a': (1, 2)}", {"a": [1, 2]}, True),
+        ('"{\\"a\\": 1}"', {"a": 1}, True),
+        ("", {}, True),
+        ("{}", {}, False),
+        ('{"a": ', None, False),
+        ("[1, 2]", None, False),
+        ("not json", None, False),
+    ],
+)
+def test_parse_object(text: str, expected: dict[str, Any] | None, repaired: bool) -> None:
+    assert parse_object(text) == (expected, repaired)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[{"name": "x"}]', [{"name": "x"}]),
+        ("[{'name': 'x',},]", [{"name": "x"}]),
+        ('"s"', "s"),
+        ("null", None),
+        ("{bad", INVALID),
+        ("", INVALID),
+    ],
+)
+def test_parse_value(text: str, expected: Any) -> None:
+    assert parse_value(text) == expected or (expected is INVALID and parse_value(text) is INVALID)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, ({}, False)),
+        ({"a": 1}, ({"a": 1}, False)),
+        ('{"a": 1}', ({"a": 1}, False)),
+        (42, (None, False)),
+        ({"a": object()}, (None, False)),
+    ],
+)
+def test_to_object(raw: Any, expected: tuple[Any, bool]) -> None:
+    assert to_object(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"priority": "5"}, {"priority": 5}),
+        ({"priority": 5.0}, {"priority": 5}),
+        ({"ratio": "0.5"}, {"ratio": 0.5}),
+        ({"urgent": "true"}, {"urgent": True}),
+        ({"tags": '["a"]'}, {"tags": ["a"]}),
+        ({"meta": '{"k": 1}'}, {"meta": {"k": 1}}),
+        ({"title": 5}, {"title": "5"}),
+        ({"title": '{"looks": "like json"}'}, {"title": '{"looks": "like json"}'}),
+        ({"priority": "five"}, {"priority": "five"}),
+        ({"unknown": "5"}, {"unknown": "5"}),
+    ],
+)
+def test_coerce(args: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert coerce(args, SCHEMA)[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "errors"),
+    [
+        ({"title": "x"}, []),
+        ({}, ["missing title"]),
+        ({"title": "x", "priority": "high"}, ["priority: not integer"]),
+        ({"title": "x", "priority": True}, ["priority: not integer"]),
+        ({"title": "x", "level": "mid"}, ["level: not one of the enum"]),
+        ({"title": "x", "extra": 1}, []),
+    ],
+)
+def test_validate(args: dict[str, Any], errors: list[str]) -> None:
+    assert validate(args, SCHEMA) == errors
+
+
+def test_validate_additional_properties_false() -> None:
+    schema = {"type": "object", "properties": {"a": {}}, "additionalProperties": False}
+    assert validate({"a": 1, "b": 2}, schema) == ["unexpected b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('order_id="D-4"', ([], {"order_id": "D-4"})),
+        (
+            "a=1, b=True, c=None, d=[1, 2], e={'k': 'v'}",
+            ([], {"a": 1, "b": True, "c": None, "d": [1, 2], "e": {"k": "v"}}),
+        ),
+        ("flag=true, other=null", ([], {"flag": True, "other": None})),
+        ('{"title": "x", "priority": 2}', ([{"title": "x", "priority": 2}], {})),
+        ('"D-4"', (["D-4"], {})),
+        ("", ([], {})),
+        ("order_id=my_var", None),
+        ("x=1+2", None),
+        ("**kw", None),
+        ("title: 'x'", None),
+    ],
+)
+def test_parse_call_args(text: str, expected: Any) -> None:
+    assert parse_call_args(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [('{"city":', True), ('{"city": "Par', True), ('{"city": "Paris"}', False), ("", False)],
+)
+def test_looks_truncated(text: str, cut: bool) -> None:
+    assert looks_truncated(text) is cut

@@ -1,0 +1,100 @@
+"""Reasoning in content goes to reasoning_content (transforms/reasoning.py),
+with tools offered; never with no tools; nothing inside it is lifted."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamfix.context import Context
+from streamfix.delta import Delta
+from streamfix.transforms.reasoning import UNOPENED_HOLD, ReasoningSplitter
+
+from .detectutil import check_split_invariant, result, run_parts, run_pieces
+from .streamutil import SHAPES_REQUEST, chunk, sse
+
+CALL = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1"}}</tool_call>'
+A1 = ("lookup_order", {"order_id": "A-1"})
+
+CASES = [
+    # (content, expected content, expected reasoning, calls)
+    ("<think>Let me see.</think>The answer is 4.", "The answer is 4.", "Let me see.", []),
+    ("<think>\nplan\n</think>\n\n" + CALL, "", "\nplan\n", [A1]),
+    ("Let me think about it.</think>\n" + CALL, "", "Let me think about it.", [A1]),
+    ("I should call it: " + CALL + "</think>Done.", "Done.", "I should call it: " + CALL, []),
+    ("<think>drafting " + CALL + "</think>", "", "drafting " + CALL, []),
+    ("No reasoning here, just text.", "No reasoning here, just text.", "", []),
+    ("<think></think>Hi", "Hi", "", []),
+    ("Hi <think>aside</think> there", "Hi  there", "aside", []),
+    ("<think>one</think>A<think>two</think>B", "AB", "onetwo", []),
+    ("<think>never closed", "", "never closed", []),
+    ("a <thinking> tag is not ours", "a <thinking> tag is not ours", "", []),
+]
+
+
+@pytest.mark.parametrize(("text", "content", "reasoning", "calls"), CASES)
+def test_reasoning_split_at_every_boundary(
+    text: str, content: str, reasoning: str, calls: list[tuple[str, dict[str, str]]]
+) -> None:
+    got = check_split_invariant(text)
+    assert got == (content, reasoning, calls, "tool_calls" if calls else "stop")
+
+
+@given(st.sampled_from(CASES), st.lists(st.integers(1, 7), min_size=1, max_size=20))
+def test_reasoning_any_chunking(case: tuple[str, str, str, list[object]], sizes: list[int]) -> None:
+    text = case[0]
+    pieces, i, k = [], 0, 0
+    while i < len(text):
+        pieces.append(text[i : i + sizes[k % len(sizes)]])
+        i += sizes[k % len(sizes)]
+        k += 1
+    assert result(run_pieces(pieces)[0])[:2] == (case[1], case[2])
+
+
+def test_no_tools_no_split() -> None:
+    text = "<think>x</think>y"
+    a, _ = run_pieces([text], {"model": "m", "messages": []})
+    assert (a.content, a.reasoning) == (text, "")
+
+
+def test_unopened_hold_is_bounded() -> None:
+    long = "word " * (UNOPENED_HOLD // 5 + 50)
+    text = long + "</think>after"
+    # The closing tag comes after the bound: all of it was content.
+    got = check_split_invariant(text[:300])  # short: decided at the end
+    assert got[0] == text[:300]
+    a, _ = run_pieces([text[i : i + 16] for i in range(0, len(text), 16)], repetition=False)
+    assert a.reasoning == "" and a.content.startswith(long[:100])
+
+
+def test_hold_releases_once_the_bound_is_passed() -> None:
+    sp = ReasoningSplitter(Context.of(SHAPES_REQUEST, {}))
+    released = ""
+    for _ in range(UNOPENED_HOLD // 10 + 5):
+        d = Delta(content="abcdefghi ")
+        sp.feed(d)
+        released += d.content or ""
+    assert len(released) >= UNOPENED_HOLD
+
+
+def test_upstream_reasoning_field_means_no_hold() -> None:
+    sp = ReasoningSplitter(Context.of(SHAPES_REQUEST, {}))
+    d = Delta(reasoning="thinking")
+    sp.feed(d)
+    d = Delta(content="Answer")
+    sp.feed(d)
+    assert d.content == "Answer" and sp.feed_text("more")
+
+
+def test_upstream_reasoning_kept_and_appended() -> None:
+    data = sse(
+        [
+            chunk(role="assistant", content=""),
+            chunk(reasoning="upstream thoughts. "),
+            chunk("<think>more</think>text"),
+            chunk(finish="stop"),
+        ]
+    )
+    a, _ = run_parts([data])
+    assert (a.content, a.reasoning) == ("text", "upstream thoughts. more")
