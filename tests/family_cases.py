@@ -352,6 +352,36 @@ CASES: list[Case] = [
         "<tool_call>lookup_order\n<arg_key>order_id</arg_key>\n<arg_value>12345</arg_value>\n</tool_call>",
         [("lookup_order", {"order_id": "12345"})],
     ),
+    Case(
+        "glm-missing-arg-value-open",
+        GL,
+        "<tool_call>lookup_order<arg_key>order_id</arg_key>F-6</arg_value></tool_call>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "glm-stray-arg-value-no-args",
+        GL,
+        "<tool_call>refresh_cache</arg_value></tool_call>",
+        [("refresh_cache", {})],
+    ),
+    Case(
+        "glm-lost-arg-key-open",
+        GL,
+        "<tool_call>create_tickettitle</arg_key><arg_value>Printer on fire</arg_value><arg_key>priority</arg_key><arg_value>1</arg_value></tool_call>",
+        [("create_ticket", CT)],
+    ),
+    Case(
+        "glm-lost-arg-key-open-spaced",
+        GL,
+        "<tool_call>lookup_order order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "glm-doubled-key-tag",
+        GL,
+        "<tool_call>lookup_order<arg_key>order_id</arg_key></arg_key><arg_value>F-6</arg_value></tool_call>",
+        [("lookup_order", LO)],
+    ),
     # --- gpt-oss Harmony
     Case(
         "harmony-constrain",
@@ -578,6 +608,7 @@ MARKUP: list[tuple[Format, str]] = [
     (DSML, "<function_calls>Some prose, not calls.</function_calls>"),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
     (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
+    (GL, "<tool_call>unknown_toolkey</arg_key><arg_value>1</arg_value></tool_call>"),
     (K3, "<|open|>tools<|sep|>nothing<|close|>tools<|sep|>"),
     (K3, '<|open|>call tool="x"<|sep|><|open|>argument key="a" type="string"<|sep|>cut'),
     (

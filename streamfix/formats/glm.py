@@ -10,6 +10,13 @@ so a value is JSON-decoded unless the tool's schema says it is a string
 SGLang ``glm4_moe_detector.py`` / ``glm47_moe_detector.py``). Older GLM-4
 fine-tunes write ``NAME\\n{json}`` in the same tags; also parsed here.
 
+Slips users reported, repaired when the reading is certain: the opening
+``<arg_value>`` missing (vLLM issue #49248), a doubled key tag (vLLM PR
+#54971), a stray ``</arg_value>`` after the name of a call without
+arguments (fireworks python-sdk #119), the opening ``<arg_key>`` lost so
+that the name and the first key run together (``NAMEkey</arg_key>``, vLLM
+PR #47190; split only at an offered tool's name).
+
 ``<tool_call>`` is shared with the core Hermes JSON and Qwen3-Coder XML
 formats: this one uses the same end rule (``</tool_call>``) and returns
 None for their bodies (JSON, ``<function=…>``), so the registry tries each
@@ -38,17 +45,22 @@ def kv_calls(
     body: str, tools: Mapping[str, ToolSpec], key: str = "arg_key", value: str = "arg_value"
 ) -> list[RawCall] | None:
     """``NAME`` then ``<key>k</key><value>v</value>`` pairs (or a JSON object,
-    or nothing): the one call in a GLM-style body, or None."""
+    or nothing): the one call in a GLM-style body, or None. Repairs the
+    slips users reported (see the module docstring)."""
     m = _HEAD.match(body)
     if m is None:
         return None
     name, rest = m.group(1), m.group(2)
-    if not rest:
+    ko, kc, vc = f"<{key}>", f"</{key}>", f"</{value}>"
+    if not rest or rest == vc:
         return [RawCall(name, {})]
     if rest.startswith("{"):
         return [RawCall(name, rest.strip())]
-    if not rest.startswith(f"<{key}>"):
-        return None
+    if not rest.startswith(ko):
+        glued = _unglue(body, kc, tools)
+        if glued is None:
+            return None
+        name, rest = glued
     pair = _pair_re(key, value)
     args: dict[str, Any] = {}
     pos = 0
@@ -57,15 +69,37 @@ def kv_calls(
             return None
         pos = p.end()
         k = p.group(1).strip()
-        args[k] = typed_value(strip_value(p.group(2)), tools, name, k)
+        raw = p.group(2) if p.group(2) is not None else p.group(3)
+        args[k] = typed_value(strip_value(raw), tools, name, k)
     if pos != len(rest) or not args:
         return None
     return [RawCall(name, args)]
 
 
+def _unglue(body: str, kc: str, tools: Mapping[str, ToolSpec]) -> tuple[str, str] | None:
+    """``NAMEkey</arg_key>…`` (the opening key tag lost): split at the
+    longest offered tool name the text starts with."""
+    head, sep, tail = body.lstrip().partition(kc)
+    if not sep or "<" in head:
+        return None
+    best = max((t for t in tools if head.startswith(t)), key=len, default=None)
+    if best is None:
+        return None
+    k = head[len(best) :].strip()
+    if not re.fullmatch(r"[\w.\-]+", k):
+        return None
+    return best, f"<{kc[2:]}{k}{sep}{tail}"
+
+
 @lru_cache(maxsize=8)
 def _pair_re(key: str, value: str) -> re.Pattern[str]:
-    return re.compile(rf"\s*<{key}>(.*?)</{key}>\s*<{value}>(.*?)</{value}>\s*", re.DOTALL)
+    # Keys hold no "<"; doubled key tags and a lost opening value tag are
+    # tolerated (vLLM PRs #54971, issue #49248).
+    return re.compile(
+        rf"\s*(?:<{key}>)+([^<]*)(?:</{key}>)+\s*"
+        rf"(?:<{value}>(.*?)|((?:(?!<{value}>|<{key}>|</{key}>).)*?))</{value}>\s*",
+        re.DOTALL,
+    )
 
 
 class Glm(Format):
