@@ -489,6 +489,18 @@ CASES: list[Case] = [
         after="<|tool_response>",
     ),
     Case(
+        "gemma4-equals-drift",
+        G4,
+        "<|tool_call>call:create_ticket{title='Printer, on fire',priority=1}<tool_call|>",
+        [("create_ticket", {"title": "Printer, on fire", "priority": 1})],
+    ),
+    Case(
+        "gemma4-double-quoted",
+        G4,
+        '<|tool_call>call:lookup_order{order_id:"F-6"}<tool_call|>',
+        [("lookup_order", LO)],
+    ),
+    Case(
         "functiongemma",
         FG,
         "<start_function_call>call:lookup_order{order_id:<escape>F-6<escape>}<end_function_call>",

@@ -8,6 +8,9 @@
   ``<start_function_call>call:NAME{key:<escape>text<escape>}<end_function_call>``
   (vLLM ``functiongemma_tool_parser.py``; Google's model card).
 
+Gemma 4 sometimes drifts to ``key='value'`` / ``key="value"`` (Ollama issue
+#17882): ``=`` after a key and quoted strings are read too.
+
 Gemma 3 itself has no call tokens: its ```` ```tool_code ```` fence is the
 core fenced format.
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
+
+import orjson
 
 from ..context import ToolSpec
 from .base import EndFinder, Format, RawCall
@@ -40,6 +45,7 @@ class _Reader:
         self.s = text
         self.q = quote
         self.bare = re.compile(r"[^{}\[\],:]+?(?=\s*[{}\[\],:]|\Z)|[^{}\[\],:]+", re.DOTALL)
+        self.bare_key = re.compile(r"[^{}\[\],:=]+", re.DOTALL)
 
     def ws(self, i: int) -> int:
         while i < len(self.s) and self.s[i].isspace():
@@ -52,11 +58,31 @@ class _Reader:
             raise _Syntax("unterminated string")
         return self.s[i + len(self.q) : j], j + len(self.q)
 
+    def quoted(self, i: int) -> tuple[str, int]:
+        q = self.s[i]
+        j = i + 1
+        while True:
+            j = self.s.find(q, j)
+            if j < 0:
+                raise _Syntax("unterminated string")
+            if self.s[j - 1] != "\\":
+                break
+            j += 1
+        raw = self.s[i : j + 1]
+        if q == '"':
+            try:
+                return str(orjson.loads(raw)), j + 1
+            except orjson.JSONDecodeError:
+                pass
+        return raw[1:-1], j + 1
+
     def value(self, i: int) -> tuple[Any, int]:
         i = self.ws(i)
         if self.s.startswith(self.q, i):
             return self.string(i)
         c = self.s[i : i + 1]
+        if c in ("'", '"'):
+            return self.quoted(i)
         if c == "{":
             return self.obj(i)
         if c == "[":
@@ -69,7 +95,7 @@ class _Reader:
     def key(self, i: int) -> tuple[str, int]:
         if self.s.startswith(self.q, i):
             return self.string(i)
-        m = self.bare.match(self.s, i)
+        m = self.bare_key.match(self.s, i)
         if m is None or not m.group().strip():
             raise _Syntax("key expected")
         return m.group().strip().strip("\"'"), m.end()
@@ -86,7 +112,7 @@ class _Reader:
                 continue
             k, i = self.key(i)
             i = self.ws(i)
-            if not self.s.startswith(":", i):
+            if not self.s.startswith((":", "="), i):
                 raise _Syntax("':' expected")
             out[k], i = self.value(i + 1)
 
