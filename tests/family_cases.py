@@ -309,6 +309,24 @@ CASES: list[Case] = [
         '<|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|>',
         [("functions.lookup_order", LO)],
     ),
+    Case(
+        "kimi-section-without-call-tokens",
+        KI,
+        '<|tool_calls_section_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_calls_section_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-no-argument-token",
+        KI,
+        '<|tool_call_begin|> functions.lookup_order:0 {"order_id": "F-6"} <|tool_call_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-tagged-json",
+        KI,
+        '<|tool_calls_section_begin|><|tool_call_begin|>{"name": "lookup_order", "arguments": {"order_id": "F-6"}}<|tool_call_end|><|tool_calls_section_end|>',
+        [("lookup_order", LO)],
+    ),
     # --- Kimi K3 XTML
     Case(
         "kimi-k3",
@@ -619,6 +637,11 @@ MARKUP: list[tuple[Format, str]] = [
     (DSML, "<｜DSML｜function_calls>nothing here</｜DSML｜function_calls>"),
     (DSML, "<function_calls>Some prose, not calls.</function_calls>"),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
+    (KI, "<|tool_calls_section_begin|>I will call the tool now.<|tool_calls_section_end|>"),
+    (
+        KI,
+        "<|tool_calls_section_begin|>stray<|tool_call_begin|>f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+    ),
     (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
     (GL, "<tool_call>unknown_toolkey</arg_key><arg_value>1</arg_value></tool_call>"),
     (K3, "<|open|>tools<|sep|>nothing<|close|>tools<|sep|>"),

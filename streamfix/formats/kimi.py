@@ -10,6 +10,10 @@ for the detector to resolve; some fine-tunes drop it). vLLM
 model sometimes writes; SGLang ``kimik2_detector.py`` and llama.cpp's Kimi
 K2 handler parse the same tokens. A call written without the section
 tokens (``<|tool_call_begin|>…<|tool_call_end|>``) is a region of its own.
+Also seen in users' reports and parsed: a section without per-call tokens
+(one call), a call without ``<|tool_call_argument_begin|>``
+(``functions.f:0 {…}``, vLLM PR #31207) and tagged JSON
+(``<|tool_call_begin|>{"name": …}<|tool_call_end|>``, hermes-agent PR #29735).
 
 Kimi K3 replaced these with "XTML" channels (SGLang ``kimik3_detector.py`` /
 ``kimik3_format.py``; vLLM ``kimi_k3_tool_parser.py``):
@@ -28,7 +32,8 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall
+from ._family import loads
+from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker
 
 SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
@@ -37,16 +42,33 @@ CALL_BEGIN = "<|tool_call_begin|>"
 CALL_END = "<|tool_call_end|>"
 ARG_BEGIN = "<|tool_call_argument_begin|>"
 
-_CALL = re.compile(
-    re.escape(CALL_BEGIN)
-    + r"\s*(.*?)\s*"
-    + re.escape(ARG_BEGIN)
-    + r"(.*?)(?:"
-    + re.escape(CALL_END)
-    + r"|\Z)",
-    re.DOTALL,
-)
+_CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)(?:" + re.escape(CALL_END) + r"|\Z)", re.DOTALL)
 _INDEX = re.compile(r":\d+\Z")
+# A call written without <|tool_call_argument_begin|>: "functions.f:0 {…}".
+_NAME_ARGS = re.compile(r"\s*([\w.\-]+(?::\d+)?)\s*(\{.*\})\s*\Z", re.DOTALL)
+
+
+def _blank(text: str) -> bool:
+    for t in (*SECTION_BEGIN, *SECTION_END):
+        text = text.replace(t, "")
+    return not text.strip()
+
+
+def _call(body: str) -> list[RawCall] | None:
+    head, sep, args = body.partition(ARG_BEGIN)
+    if sep:
+        name = _INDEX.sub("", head.strip())
+        if not name or any(c.isspace() for c in name):
+            return None
+        return [RawCall(name, args.strip() or None)]
+    s = body.strip()
+    if s.startswith(("{", "[")):
+        value = loads(s)
+        return calls_from_value(value) if value is not None else None
+    m = _NAME_ARGS.match(body)
+    if m is None:
+        return None
+    return [RawCall(_INDEX.sub("", m.group(1)), m.group(2))]
 
 
 class Kimi(Format):
@@ -59,15 +81,25 @@ class Kimi(Format):
         return UntilMarker(*closes, skip=len(marker))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if CALL_BEGIN not in region:
+            # A section without per-call tokens holds one call.
+            body = region
+            for t in (*SECTION_BEGIN, *SECTION_END):
+                body = body.replace(t, "")
+            return _call(body)
         calls: list[RawCall] = []
+        pos = 0
         for m in _CALL.finditer(region):
-            name = _INDEX.sub("", m.group(1).strip())
-            if not name or any(c.isspace() for c in name):
+            if not _blank(region[pos : m.start()]):
                 return None
-            args = m.group(2)
+            pos = m.end()
+            body = m.group(1)
             for t in SECTION_END:
-                args = args.replace(t, "")
-            calls.append(RawCall(name, args.strip() or None))
+                body = body.replace(t, "")
+            got = _call(body)
+            if got is None:
+                return None
+            calls.extend(got)
         return calls or None
 
 
