@@ -60,6 +60,7 @@ PS = llama.PythonStart()
 FT = llama.FunctionTag()
 DS = deepseek.ToolCalls()
 DSML = deepseek.Dsml()
+DSI = deepseek.DsmlInvoke()
 KI = kimi.Kimi()
 K3 = kimi.KimiK3()
 GL = glm.Glm()
@@ -272,6 +273,26 @@ CASES: list[Case] = [
         DSML,
         '<function_calls><invoke name="lookup_order"><｜DSML｜parameter name="order_id" string="true">F-6</parameter></invoke></｜DSML｜function_calls>',
         [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-dsml-double-vertical-line",
+        DSML,
+        '<‖DSML‖tool_calls>\n<‖DSML‖invoke name="lookup_order">\n<‖DSML‖parameter name="order_id" string="true">F-6</‖DSML‖parameter>\n</‖DSML‖invoke>\n</‖DSML‖tool_calls>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-dsml-doubled-bars",
+        DSML,
+        '<｜｜DSML｜｜tool_calls><｜｜DSML｜｜invoke name="lookup_order"><｜｜DSML｜｜parameter name="order_id" string="true">F-6</｜｜DSML｜｜parameter></｜｜DSML｜｜invoke></｜｜DSML｜｜tool_calls>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-v4-invoke-without-wrapper",
+        DSI,
+        '<｜DSML｜invoke name="create_ticket">\n<｜DSML｜parameter name="title" string="true">Printer on fire</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="priority" string="false">1</｜DSML｜parameter>\n</｜DSML｜invoke>',
+        [("create_ticket", CT)],
+        after="\n</｜DSML｜tool_calls>",
     ),
     Case(
         "olmo3-function-calls-lines",
@@ -636,6 +657,7 @@ MARKUP: list[tuple[Format, str]] = [
     ),
     (DSML, "<｜DSML｜function_calls>nothing here</｜DSML｜function_calls>"),
     (DSML, "<function_calls>Some prose, not calls.</function_calls>"),
+    (DSI, '<｜DSML｜invoke name="lookup_order"> is how it starts'),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
     (KI, "<|tool_calls_section_begin|>I will call the tool now.<|tool_calls_section_end|>"),
     (

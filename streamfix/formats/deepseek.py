@@ -121,16 +121,30 @@ class ToolCalls(Format):
         return calls or None
 
 
-DSML = "｜DSML｜"
-DSML_OPEN = ("<｜DSML｜function_calls>", "<｜DSML｜tool_calls>", "<function_calls>")
-DSML_CLOSE = ("</｜DSML｜function_calls>", "</｜DSML｜tool_calls>", "</function_calls>")
+#: The bars around "DSML" as seen in the wild: the real token's fullwidth
+#: bar, doubled, the double vertical line and ASCII (GenericAgent issue
+#: #804 counts hundreds of leaked ``<‖DSML‖…>`` and ``<｜｜DSML｜｜…>``).
+DSML_BARS = ("｜", "｜｜", "‖", "|")
+_DS = "(?:(?:｜｜|｜|‖|\\|)DSML(?:｜｜|｜|‖|\\|))?"
+DSML_OPEN = (
+    *(f"<{b}DSML{b}{w}>" for b in DSML_BARS for w in ("function_calls", "tool_calls")),
+    "<function_calls>",
+)
+DSML_CLOSE = (
+    *(f"</{b}DSML{b}{w}>" for b in DSML_BARS for w in ("function_calls", "tool_calls")),
+    "</function_calls>",
+)
+#: An invoke without its section wrapper (V4 at long context, vLLM issue
+#: #48931; SGLang issue #40236): a region of its own, up to its close tag.
+DSML_INVOKE = tuple(f"<{b}DSML{b}invoke " for b in DSML_BARS)
+DSML_INVOKE_CLOSE = tuple(f"</{b}DSML{b}invoke>" for b in DSML_BARS)
 
 _INVOKE = re.compile(
-    r'<(?:｜DSML｜)?invoke\s+name\s*=\s*"([^"]+)"\s*>(.*?)(?:</(?:｜DSML｜)?invoke>|\Z)', re.DOTALL
+    rf'<{_DS}invoke\s+name\s*=\s*"([^"]+)"\s*>(.*?)(?:</{_DS}invoke>|\Z)', re.DOTALL
 )
 _PARAM = re.compile(
-    r'<(?:｜DSML｜)?parameter\s+name\s*=\s*"([^"]+)"(?:\s+string\s*=\s*"(\w+)")?\s*>'
-    r"(.*?)</(?:｜DSML｜)?parameter>",
+    rf'<{_DS}parameter\s+name\s*=\s*"([^"]+)"(?:\s+string\s*=\s*"(\w+)")?\s*>'
+    rf"(.*?)</{_DS}parameter>",
     re.DOTALL,
 )
 
@@ -170,15 +184,30 @@ class Dsml(Format):
         if opener is None:
             return None
         body = region[len(opener) :]
-        for close in DSML_CLOSE:
-            if body.rstrip().endswith(close):
-                body = body.rstrip()[: -len(close)]
-                break
         if "invoke" in body:
-            return xml_calls(body, _INVOKE, _PARAM, _dsml_value)
+            return xml_calls(body, _INVOKE, _PARAM, _dsml_value, DSML_CLOSE)
         if opener == "<function_calls>":
+            for close in DSML_CLOSE:
+                body = body.replace(close, "")
             return python_calls(body)
         return None
 
 
-FORMATS: list[Format] = [ToolCalls(), Dsml()]
+class DsmlInvoke(Format):
+    """One ``<｜DSML｜invoke name=…>…</｜DSML｜invoke>`` without its wrapper.
+    Only a closed invoke is a call (prose may mention the tag)."""
+
+    name: ClassVar[str] = "deepseek_dsml"
+    markers: ClassVar[tuple[str, ...]] = DSML_INVOKE
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(*DSML_INVOKE_CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.rstrip().endswith(DSML_INVOKE_CLOSE):
+            return None
+        return xml_calls(region, _INVOKE, _PARAM, _dsml_value)
+
+
+FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]
