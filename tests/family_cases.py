@@ -68,6 +68,7 @@ HA = harmony.Harmony()
 GR = granite.Granite()
 PH = phi4.Phi4()
 MM = minimax.MiniMax()
+M3 = minimax.MiniMaxM3()
 G4 = gemma.Gemma4()
 FG = gemma.FunctionGemma()
 SO = seed_oss.SeedOss()
@@ -497,6 +498,21 @@ CASES: list[Case] = [
         '<minimax:tool_call><invoke name="refresh_cache"></invoke></minimax:tool_call>',
         [("refresh_cache", {})],
     ),
+    Case(
+        "minimax-m3",
+        M3,
+        ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="create_ticket">]<]minimax[>[<title>Printer on fire]<]minimax[>[</title>'
+        "]<]minimax[>[<priority>1]<]minimax[>[</priority>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+        [("create_ticket", CT)],
+    ),
+    Case(
+        "minimax-m3-nested-and-list",
+        M3,
+        ']<]minimax[>[\n<tool_call>]<]minimax[>[<invoke name="create_ticket">]<]minimax[>[<title>T</title>'
+        "]<]minimax[>[<meta>]<]minimax[>[<tags>]<]minimax[>[<item>a</item>]<]minimax[>[<item>b</item>]<]minimax[>[</tags></meta>"
+        "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
+        [("create_ticket", {"title": "T", "meta": {"tags": ["a", "b"]}})],
+    ),
     # --- Gemma 4 / FunctionGemma
     Case(
         "gemma4",
@@ -676,6 +692,10 @@ MARKUP: list[tuple[Format, str]] = [
     (GR, '<|tool_call|>[{"nom": 1}]'),
     (PH, "functools[]"),
     (MM, "<minimax:tool_call>hello</minimax:tool_call>"),
+    (
+        M3,
+        ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="x">]<]minimax[>[<a>1]<]minimax[>[</a>',
+    ),
     (G4, "<|tool_call>lookup_order(order_id=1)<tool_call|>"),
     (SO, "<seed:tool_call>no function here</seed:tool_call>"),
     (IL, '<|action_start|><|plugin|>{"query": "x"}<|action_end|>'),

@@ -103,7 +103,7 @@ def test_family_non_streaming_equals_streaming(case: Case) -> None:
 def test_family_cut_off_is_not_a_call(case: Case) -> None:
     """The upstream stops (``length``) inside the first call's arguments: no
     call, and none of its markup is shown."""
-    words = ("F-6", "Printer", "refresh_", "12345", "a ] b", "x {y}", "a, b")
+    words = ("F-6", "Printer", "refresh_", "12345", "a ] b", "x {y}", "a, b", "<item>a")
     cut = min(i for i in (case.region.find(w) for w in words) if i >= 0)
     text = BEFORE + case.region[: cut + 3]
     a = fix_text([text], finish="length")
