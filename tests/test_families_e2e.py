@@ -121,6 +121,20 @@ def test_function_calls_in_prose_is_text() -> None:
     assert a.tool_calls == []
 
 
+@pytest.mark.parametrize(
+    "tag",
+    ["<minimax:tool_call>", "[TOOL_CALL]", "<seed:tool_call>", "<longcat_tool_call>", "<TOOLCALL>"],
+)
+def test_plain_wrapper_tag_in_prose_is_text(tag: str) -> None:
+    """Wrappers that are plain tags (not special tokens) may be mentioned in
+    prose: the text stays, byte for byte, and nothing is held to the end."""
+    text = f"Models such as this one write {tag} before a call; it is documented."
+    for pieces in ([text], list(text)):
+        a = fix_text(pieces)
+        assert a.content == text
+        assert a.tool_calls == []
+
+
 def test_mistral_marker_in_prose_is_not_a_call() -> None:
     text = "The [TOOL_CALLS] token is followed by a name and {arguments}."
     a = fix_text([text])

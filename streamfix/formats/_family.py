@@ -231,6 +231,15 @@ class Steps:
         return i
 
 
+def opens_with(skip: int, first: str, *closes: str) -> Steps:
+    """Finder for a wrapper that is a plain tag, not a special token
+    (``<seed:tool_call>``, ``[TOOL_CALL]``…): the body must open, after
+    blanks, with one of ``first`` (``<`` of an element, ``{`` of JSON);
+    anything else is prose that mentions the tag, released as text at once
+    instead of being held to a closing tag that never comes."""
+    return Steps(skip, Header(first, r"\s", r"\s*", r"\s*"), Until(*closes))
+
+
 # --------------------------------------------------------------------------
 # Parsing helpers
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import loads
+from ._family import Header, Steps, Until, loads
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .glm import kv_calls
-from .scan import UntilMarker
 
+_LEAD = r"\s*(?:[\w.\-]+\s*)?"
 OPEN = "<longcat_tool_call>"
 CLOSE = "</longcat_tool_call>"
 
@@ -28,7 +28,8 @@ class LongCat(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(CLOSE, skip=len(marker))
+        # A plain tag: the body opens with JSON or a function name.
+        return Steps(len(marker), Header("{<[", r"\w.\-\s", _LEAD, _LEAD), Until(CLOSE))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):

@@ -23,9 +23,11 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import orjson
+
 from ..context import ToolSpec
-from ._family import strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall
+from ._family import loads, opens_with, strip_value, typed_value, xml_calls
+from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker
 
 OPEN = "<minimax:tool_call>"
@@ -39,22 +41,87 @@ _PARAM = re.compile(
 )
 
 
+OPEN_ALT, CLOSE_ALT = "<minimax:toolcall>", "</minimax:toolcall>"
+
+
 class MiniMax(Format):
     name: ClassVar[str] = "minimax"
-    markers: ClassVar[tuple[str, ...]] = (OPEN,)
+    markers: ClassVar[tuple[str, ...]] = (OPEN, OPEN_ALT)
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(CLOSE, skip=len(marker))
+        return opens_with(len(marker), "<{[", CLOSE, CLOSE_ALT)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-        if not region.startswith(OPEN):
+        opener = OPEN if region.startswith(OPEN) else OPEN_ALT
+        if not region.startswith(opener):
             return None
+        body = region[len(opener) :]
+        s = body.strip().removesuffix(CLOSE).removesuffix(CLOSE_ALT).strip()
+        if s.startswith(("{", "[")):
+            value = loads(s)
+            return calls_from_value(value) if value is not None else None
 
-        def value(m: re.Match[str], name: str) -> Any:
+        def value_of(m: re.Match[str], name: str) -> Any:
             return typed_value(strip_value(m.group(2)), tools, name, m.group(1).strip())
 
-        return xml_calls(region[len(OPEN) :], _INVOKE, _PARAM, value, (CLOSE,))
+        return xml_calls(body, _INVOKE, _PARAM, value_of, (CLOSE, CLOSE_ALT))
+
+
+#: The "Perl-style" block MiniMax M2.x writes through some providers:
+#: ``[TOOL_CALL]\n{tool => "NAME", args => {\n  --key "value"\n}}\n[/TOOL_CALL]``
+#: (args also as JSON). Seen in hermes-agent, lee-code, zeroclaw and other
+#: harnesses' recovery parsers; LM Studio bug tracker #1177.
+ARROW_OPEN, ARROW_CLOSE = "[TOOL_CALL]", "[/TOOL_CALL]"
+_ARROW = re.compile(
+    r'\s*\{\s*tool\s*=>\s*"([^"]+)"\s*,?\s*(?:args\s*=>\s*(\{.*\}))?\s*\}\s*\Z', re.DOTALL
+)
+_ARROW_ARG = re.compile(
+    r'\s*,?\s*(?:--([\w.\-]+)\s*:?|([\w.\-]+)\s*=>)\s*("(?:[^"\\]|\\.)*"|[^\s,}]+)\s*', re.DOTALL
+)
+
+
+def _arrow_args(text: str, tools: Mapping[str, ToolSpec], name: str) -> dict[str, Any] | None:
+    inner = text.strip()[1:-1]
+    args: dict[str, Any] = {}
+    pos = 0
+    for m in _ARROW_ARG.finditer(inner):
+        if m.start() != pos:
+            return None
+        pos = m.end()
+        key = m.group(1) or m.group(2)
+        raw = m.group(3)
+        if raw.startswith('"'):
+            try:
+                args[key] = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return None
+        else:
+            args[key] = typed_value(raw, tools, name, key)
+    return args if pos == len(inner) else None
+
+
+class MiniMaxArrow(Format):
+    name: ClassVar[str] = "minimax_arrow"
+    markers: ClassVar[tuple[str, ...]] = (ARROW_OPEN,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return opens_with(len(marker), "{", ARROW_CLOSE)
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        body = region.removeprefix(ARROW_OPEN).rstrip().removesuffix(ARROW_CLOSE)
+        m = _ARROW.match(body)
+        if m is None:
+            return None
+        name, raw = m.group(1), m.group(2)
+        if raw is None:
+            return [RawCall(name, {})]
+        value = loads(raw)
+        if isinstance(value, dict):
+            return [RawCall(name, value)]
+        args = _arrow_args(raw, tools, name)
+        return None if args is None else [RawCall(name, args)]
 
 
 M3_NS = "]<]minimax[>["
@@ -118,4 +185,4 @@ class MiniMaxM3(Format):
         return calls
 
 
-FORMATS: list[Format] = [MiniMax(), MiniMaxM3()]
+FORMATS: list[Format] = [MiniMax(), MiniMaxM3(), MiniMaxArrow()]

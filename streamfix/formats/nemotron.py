@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import loads
+from ._family import loads, opens_with
 from .base import EndFinder, Format, RawCall, calls_from_value
-from .scan import UntilMarker
 
 OPEN = "<TOOLCALL>"
 CLOSE = "</TOOLCALL>"
@@ -27,7 +26,7 @@ class Nemotron(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(CLOSE, skip=len(marker))
+        return opens_with(len(marker), "[{", CLOSE)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):

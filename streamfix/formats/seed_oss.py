@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..context import ToolSpec
-from ._family import strip_value, typed_value, xml_calls
+from ._family import opens_with, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall
-from .scan import UntilMarker
 
 OPEN = "<seed:tool_call>"
 CLOSE = "</seed:tool_call>"
@@ -32,7 +31,7 @@ class SeedOss(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(CLOSE, skip=len(marker))
+        return opens_with(len(marker), "<", CLOSE)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):
