@@ -1,0 +1,690 @@
+"""The fault matrix: every way an upstream or a client can fail, against real
+loopback servers (aiohttp apps on port 0, raw asyncio servers for the
+broken-wire cases), each with its documented outcome.
+
+The outcomes, for every row:
+
+- the client always gets a clean end: an HTTP error with an OpenAI-shaped
+  body (before the stream started), or an ``{"error": …}`` SSE event (after
+  it started); never a hang, never a fake normal finish (no ``[DONE]``, no
+  ``finish_reason`` after a failure);
+- the upstream request is always closed (the raw server sees EOF, the
+  aiohttp fake sees its handler end);
+- nothing held is silently lost: a held call that cannot be completed ends
+  the stream with an error, and is never emitted as a half call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
+from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+#: Longest a client waits for any reply in these tests: a hang fails fast.
+CLIENT_WAIT = 5.0
+
+
+def body(stream: bool = True, **kw: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": MESSAGES, "stream": stream, **kw}
+
+
+def tools_body(stream: bool = True, **kw: Any) -> dict[str, Any]:
+    return body(stream, tools=SHAPES_TOOLS, **kw)
+
+
+async def post(url: str, payload: Any) -> tuple[int, bytes]:
+    async def go() -> tuple[int, bytes]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(url + "/chat/completions", data=orjson.dumps(payload)) as r,
+        ):
+            return r.status, await r.read()
+
+    return await asyncio.wait_for(go(), CLIENT_WAIT)
+
+
+def assert_openai_error(data: bytes) -> dict[str, Any]:
+    err = orjson.loads(data)["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    assert {"message", "type", "code"} <= set(err)
+    return err  # type: ignore[no-any-return]
+
+
+def assert_error_end(data: bytes) -> dict[str, Any]:
+    """A stream that ended because of a fault: an error event last, no
+    [DONE], no finish_reason (and every data line is valid JSON)."""
+    a = assemble(data)
+    assert a.errors, data[-300:]
+    assert not a.done and a.finish_reason is None
+    last = data.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+    assert last.startswith(b'data: {"error"'), last
+    err = a.errors[-1]
+    assert isinstance(err["message"], str) and err["message"] and err["type"]
+    return err
+
+
+# -- a raw upstream for broken wires ----------------------------------------------
+
+
+@dataclass
+class Conn:
+    request: bytes = b""
+    opened_at: float = field(default_factory=time.monotonic)
+    #: When the proxy closed its side (we read EOF), or None.
+    eof_at: float | None = None
+    eof: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Script = Callable[[asyncio.StreamWriter], Coroutine[Any, Any, None]]
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
+)
+
+
+class RawUpstream:
+    """An asyncio TCP server that reads one HTTP request per connection, then
+    runs ``script(writer)`` (which writes whatever bytes it likes and may
+    abort), then waits for the peer to close. Records each connection."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.conns: list[Conn] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def __aenter__(self) -> RawUpstream:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await t
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        conn = Conn()
+        script: asyncio.Task[None] | None = None
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET "):  # the proxy's start-up probes
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                return
+            self.conns.append(conn)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            conn.request = head + await reader.readexactly(length)
+            script = asyncio.create_task(self.script(writer))
+            # whatever the script does, watch for the proxy closing its side
+            # (or the script closing ours: EOF as well)
+            with contextlib.suppress(ConnectionError):
+                while await reader.read(65536):
+                    pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            conn.eof_at = time.monotonic()
+            conn.eof.set()
+            if script is not None:
+                script.cancel()
+                with contextlib.suppress(BaseException):
+                    await script
+            writer.close()
+            self._tasks.discard(task)
+
+    async def closed(self, index: int = 0, within: float = 2.0) -> Conn:
+        """Connection ``index``, once the proxy has closed it (fails if it
+        does not within ``within`` seconds)."""
+        deadline = time.monotonic() + within
+        while len(self.conns) <= index:
+            assert time.monotonic() < deadline, "no connection came"
+            await asyncio.sleep(0.01)
+        conn = self.conns[index]
+        await asyncio.wait_for(conn.eof.wait(), max(0.01, deadline - time.monotonic()))
+        return conn
+
+
+def write_then(data: bytes, end: str = "close", delay: float = 0.0) -> Script:
+    """Write ``data``, then ``end``: "close" (FIN), "abort" (RST), "hang"."""
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        w.write(data)
+        await w.drain()
+        if end == "close":
+            w.close()
+        elif end == "abort":
+            w.transport.abort()
+        elif end == "hang":
+            pass  # wait for the proxy to give up and close
+
+    return script
+
+
+def hang_before_headers() -> Script:
+    async def script(w: asyncio.StreamWriter) -> None:
+        return None  # answer nothing; the handler then waits for EOF
+
+    return script
+
+
+# -- the upstream cannot be reached -----------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_refused_connection_is_502(stream: bool) -> None:
+    async with AppServer(proxy_app(refusing_url(), retries=0)) as px:
+        status, data = await post(px.url, body(stream))
+    assert status == 502
+    assert assert_openai_error(data)["code"] == "connect"
+
+
+@contextlib.asynccontextmanager
+async def unanswered_syn_port() -> Any:
+    """A port whose SYNs go unanswered: a listening socket with a full
+    accept queue (backlog 0, one connection parked, never accepted), so the
+    kernel drops further SYNs and a connect hangs until its timeout."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    parked = []
+    try:
+        for _ in range(2):
+            s = socket.socket()
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                s.connect(("127.0.0.1", port))
+            parked.append(s)
+        await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        for s in parked:
+            s.close()
+        srv.close()
+
+
+async def test_connect_timeout_is_504() -> None:
+    async with unanswered_syn_port() as url:
+        # Is the trick effective here? (the kernel may still complete it)
+        probe = socket.socket()
+        probe.settimeout(0.2)
+        try:
+            probe.connect((url.split("//")[1].split(":")[0], int(url.rsplit(":", 1)[1][:-3])))
+        except (TimeoutError, OSError):
+            pass
+        else:
+            pytest.skip("this kernel completes connections past a full backlog")
+        finally:
+            probe.close()
+        async with AppServer(proxy_app(url, retries=0, connect_timeout=0.2)) as px:
+            t0 = time.monotonic()
+            status, data = await post(px.url, body())
+    assert status == 504 and time.monotonic() - t0 < 2
+    assert assert_openai_error(data)["code"] == "timeout"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_accepts_and_never_answers_is_504(stream: bool) -> None:
+    async with RawUpstream(hang_before_headers()) as up:
+        async with AppServer(proxy_app(up.url, retries=0, read_timeout=0.2)) as px:
+            t0 = time.monotonic()
+            status, data = await post(px.url, body(stream))
+            assert time.monotonic() - t0 < 2
+        await up.closed()
+    assert status == 504
+    assert assert_openai_error(data)["code"] == "timeout"
+
+
+async def test_read_timeout_mid_stream_is_an_error_event_and_closes() -> None:
+    head = SSE_HEAD + sse([chunk(role="assistant"), chunk("par"), chunk("tial")], done=False)
+    async with RawUpstream(write_then(head, "hang")) as up:
+        async with AppServer(proxy_app(up.url, read_timeout=0.3)) as px:
+            status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    err = assert_error_end(data)
+    assert "TimeoutError" in err["message"] or "timed out" in err["message"].lower()
+    assert assemble(data).content == "partial"
+
+
+# -- the upstream answers with an error -----------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_upstream_4xx_is_passed_on(status: int, stream: bool) -> None:
+    async with FakeUpstream(Reply.error(status, "no such model", "model_not_found")) as up:
+        async with AppServer(proxy_app(up.url)) as px:
+            got, data = await post(px.url, body(stream))
+        assert up.chat_requests[0].ended.is_set()
+    assert got == status
+    err = assert_openai_error(data)
+    assert (err["message"], err["code"]) == ("no such model", "model_not_found")
+    assert len(up.chat_requests) == 1  # a client error is not retried
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("status", [429, 500, 502, 503])
+async def test_upstream_5xx_and_429_after_retries_are_passed_on(status: int, stream: bool) -> None:
+    reply = Reply.error(status, "overloaded")
+    reply.headers = {"Retry-After": "7"}
+    async with FakeUpstream(reply) as up, AppServer(proxy_app(up.url, retries=1)) as px:
+        got, data = await post(px.url, body(stream))
+    assert got == status
+    assert assert_openai_error(data)["message"] == "overloaded"
+    assert len(up.chat_requests) == 2  # retried once, then given up
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("status", [404, 500])
+async def test_upstream_error_that_is_not_json_becomes_openai_shaped(
+    status: int, stream: bool
+) -> None:
+    html = Reply(status=status, body=b"<html><h1>Bad Gateway</h1></html>", content_type="text/html")
+    async with FakeUpstream(html) as up, AppServer(proxy_app(up.url, retries=0)) as px:
+        got, data = await post(px.url, body(stream))
+    assert got == status
+    err = assert_openai_error(data)
+    assert str(status) in err["message"]
+
+
+# -- the upstream sends a broken stream ------------------------------------------------
+
+
+async def test_non_sse_body_is_an_error_not_a_finish() -> None:
+    page = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n"
+    page += b"<html><body>Welcome to nginx!</body></html>\n"
+    async with RawUpstream(write_then(page)) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    assert_error_end(data)
+
+
+async def test_invalid_json_in_a_frame_is_a_protocol_error() -> None:
+    raw = sse([chunk(role="assistant"), chunk("ok")], done=False) + b"data: {not json}\n\n"
+    raw += sse([chunk(" more"), chunk(finish="stop")])
+    async with FakeUpstream(Reply.stream(raw)) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await asyncio.wait_for(up.chat_requests[0].ended.wait(), 2)
+    assert status == 200
+    err = assert_error_end(data)
+    assert err["type"] == "upstream_protocol_error" and "not JSON" in err["message"]
+    assert assemble(data).content == "ok"  # what came before is kept, nothing after
+
+
+async def test_frame_over_the_size_limit_is_an_error_and_closes() -> None:
+    # One event that never ends: 5 MiB of a data line, over the 4 MiB limit.
+    head = SSE_HEAD + sse([chunk(role="assistant"), chunk("a")], done=False)
+    head += b'data: {"x": "' + b"y" * (5 * 1024 * 1024)
+    async with RawUpstream(write_then(head, "hang")) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    err = assert_error_end(data)
+    assert "larger than" in err["message"]
+    assert len(data) < 64 * 1024  # the oversized frame never reached the client
+
+
+async def test_stream_without_done_is_an_error() -> None:
+    raw = SSE_HEAD + text_stream(["par", "tial"], done=False)
+    async with RawUpstream(write_then(raw)) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    # the upstream even sent finish_reason "stop": without [DONE] the
+    # proxy cannot know the stream is whole, so the client gets an error
+    # after the upstream's own finish chunk, and no [DONE]
+    a = assemble(data)
+    assert a.errors and not a.done and "before [DONE]" in a.errors[-1]["message"]
+
+
+@pytest.mark.parametrize("end", ["close", "abort"])
+async def test_stream_that_stops_mid_frame(end: str) -> None:
+    raw = SSE_HEAD + sse([chunk(role="assistant"), chunk("par")], done=False)
+    raw += b'data: {"id": "chatcmpl-HALF", "choices": [{"index": 0, "del'
+    async with RawUpstream(write_then(raw, end)) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    assert_error_end(data)
+    assert assemble(data).content == "par"
+    assert b"HALF" not in data  # the half frame is not passed on
+
+
+async def test_chunked_body_cut_mid_chunk() -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    payload = sse([chunk(role="assistant"), chunk("par")], done=False)
+    raw = head + f"{len(payload):x}\r\n".encode() + payload + b"\r\n" + b"400\r\ndata: {"
+    async with RawUpstream(write_then(raw, "close")) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    assert_error_end(data)
+
+
+HELD_CALL = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
+
+
+@pytest.mark.parametrize("end", ["close", "abort", "hang"])
+async def test_stream_that_stops_inside_a_held_call(end: str) -> None:
+    raw = SSE_HEAD + sse(
+        [chunk(role="assistant", content=""), chunk("<tool_call>"), chunk(HELD_CALL[11:])],
+        done=False,
+    )
+    async with RawUpstream(write_then(raw, end)) as up:
+        async with AppServer(proxy_app(up.url, read_timeout=0.3)) as px:
+            status, data = await post(px.url, tools_body())
+        await up.closed()
+    assert status == 200
+    err = assert_error_end(data)
+    a = assemble(data)
+    # never a half call handed to the agent as if it were whole
+    assert not a.tool_calls
+    # the held text is either released as text or named by the error
+    assert HELD_CALL in a.content or err["message"]
+
+
+async def test_upstream_error_event_mid_stream_is_passed_on_and_ended() -> None:
+    err = {"error": {"message": "CUDA out of memory", "type": "server_error", "code": 500}}
+    raw = sse([chunk(role="assistant"), chunk("part")], done=False)
+    raw += b"data: " + orjson.dumps(err) + b"\n\n"
+    async with FakeUpstream(Reply.stream(raw)) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body())
+    assert status == 200
+    a = assemble(data)
+    assert a.errors[0]["message"] == "CUDA out of memory"
+    assert not a.done and a.finish_reason is None
+
+
+# -- the client goes away ---------------------------------------------------------------
+
+
+async def _open_and_drop(url: str, payload: Any, read_until: bytes | None, wait: float) -> bytes:
+    """POST, read until ``read_until`` appears (or nothing), wait, then drop
+    the connection without reading the rest. Returns what was read."""
+    got = b""
+    async with aiohttp.ClientSession() as s:
+        r = await asyncio.wait_for(s.post(url + "/chat/completions", json=payload), CLIENT_WAIT)
+        if read_until is not None:
+            while read_until not in got:
+                got += await asyncio.wait_for(r.content.readany(), CLIENT_WAIT)
+        await asyncio.sleep(wait)
+        r.close()
+    return got
+
+
+async def test_client_disconnect_before_the_upstream_answered() -> None:
+    async with (
+        RawUpstream(write_then(b"", "hang", delay=30)) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+
+        async def client() -> None:
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(px.url + "/chat/completions", json=body()) as r,
+            ):
+                await r.read()
+
+        task = asyncio.create_task(client())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        t0 = time.monotonic()
+        conn = await up.closed(within=2)
+    assert conn.eof_at is not None and conn.eof_at - t0 < 1.0
+
+
+def held_call_upstream(tail: bytes) -> Script:
+    """Role chunk, a call split over two frames, then ``tail`` forever
+    (each time with a fresh number so no repetition cutter fires)."""
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        w.write(SSE_HEAD + sse([chunk(role="assistant", content="")], done=False))
+        await w.drain()
+        for piece in ("<tool_call>", HELD_CALL[11:]):
+            await asyncio.sleep(0.02)
+            w.write(sse([chunk(piece)], done=False))
+            await w.drain()
+        n = 0
+        while True:
+            await asyncio.sleep(0.02)
+            n += 1
+            w.write(tail.replace(b"#", str(n).encode()))
+            await w.drain()
+
+    return script
+
+
+async def test_client_disconnect_while_a_call_is_held() -> None:
+    async with (
+        RawUpstream(held_call_upstream(sse([chunk("1#")], done=False))) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        await _open_and_drop(px.url, tools_body(), None, 0.3)
+        t0 = time.monotonic()
+        conn = await up.closed()
+    assert conn.eof_at is not None and conn.eof_at - t0 < 1.0
+
+
+async def test_client_disconnect_after_a_held_call() -> None:
+    close = sse([chunk('A1"}}</tool_call>')], done=False)
+    more = sse([chunk(" and then word # of the story")], done=False)
+
+    async def full(w: asyncio.StreamWriter) -> None:
+        w.write(SSE_HEAD + sse([chunk(role="assistant", content="")], done=False))
+        w.write(sse([chunk("<tool_call>"), chunk(HELD_CALL[11:])], done=False) + close)
+        await w.drain()
+        n = 0
+        while True:
+            await asyncio.sleep(0.02)
+            n += 1
+            w.write(more.replace(b"#", str(n).encode()))
+            await w.drain()
+
+    async with RawUpstream(full) as up, AppServer(proxy_app(up.url)) as px:
+        got = await _open_and_drop(px.url, tools_body(), b"lookup_order", 0.1)
+        t0 = time.monotonic()
+        conn = await up.closed()
+    assert b"lookup_order" in got
+    assert conn.eof_at is not None and conn.eof_at - t0 < 1.0
+
+
+async def test_client_disconnect_during_plain_stream_closes_upstream() -> None:
+    async with (
+        RawUpstream(held_call_upstream(sse([chunk(" word # ")], done=False))) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        await _open_and_drop(px.url, body(), b"data:", 0.05)
+        t0 = time.monotonic()
+        conn = await up.closed()
+    assert conn.eof_at is not None and conn.eof_at - t0 < 1.0
+
+
+# -- a slow client: bounded buffering ----------------------------------------------------
+
+
+class CountingUpstream:
+    """An aiohttp upstream that streams distinct text chunks as fast as the
+    proxy takes them, counting the bytes it managed to write."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.closed = asyncio.Event()
+        self._server: AppServer | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            first = sse([chunk(role="assistant", content="")], done=False)
+            await resp.write(first)
+            self.written += len(first)
+            n = 0
+            while True:
+                n += 1
+                # distinct text (a repeated one would be cut as a loop)
+                data = sse([chunk(f" {n} {os.urandom(400).hex()}")], done=False)
+                await resp.write(data)
+                self.written += len(data)
+                if n % 16 == 0:
+                    await asyncio.sleep(0)  # share the loop with proxy and client
+        finally:
+            self.closed.set()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        return app
+
+
+async def plateau(up: CountingUpstream, limit: float = 4.0) -> int:
+    """Wait until the upstream has written nothing for 0.3 s (its writes
+    are blocked: every buffer between it and the stalled client is full);
+    return how much it wrote. Fails if it is still writing after ``limit``."""
+    deadline = time.monotonic() + limit
+    last = -1
+    while up.written != last:
+        assert time.monotonic() < deadline, f"still writing: {up.written} bytes"
+        last = up.written
+        await asyncio.sleep(0.3)
+    return last
+
+
+async def test_slow_client_gets_backpressure_not_buffering() -> None:
+    up = CountingUpstream()
+    async with AppServer(up.app()) as ups, AppServer(proxy_app(ups.url)) as px:
+        async with aiohttp.ClientSession() as s:
+            r = await s.post(px.url + "/chat/completions", json=body())
+            await r.content.readany()
+            stalled_at = await plateau(up)  # the client reads nothing meanwhile
+            await asyncio.sleep(0.5)
+            grew = up.written - stalled_at
+            # then it reads on: the stream is intact and still going
+            got = b""
+            while len(got) < 200_000:
+                part = await asyncio.wait_for(r.content.readany(), CLIENT_WAIT)
+                assert part, "the stream ended"
+                got += part
+            r.close()
+        await asyncio.wait_for(up.closed.wait(), 2)
+    # Without backpressure the upstream would go on writing (hundreds of MB
+    # a second on loopback) into a growing buffer of the proxy. With it, it
+    # stops once the kernel socket buffers of both hops and aiohttp's
+    # bounded stream buffers are full (about 10 MB on Linux loopback).
+    assert stalled_at < 32 * 1024 * 1024, stalled_at
+    assert grew == 0, grew
+    assert got.startswith(b"data: {") or b"\n\ndata: {" in got
+
+
+async def test_slow_client_while_output_is_held_is_bounded() -> None:
+    # tools offered: the proxy holds output while a re-ask is possible, but
+    # never more than MAX_HELD_BYTES; then backpressure as above
+    from streamfix.server.app import MAX_HELD_BYTES
+
+    up = CountingUpstream()
+    async with AppServer(up.app()) as ups, AppServer(proxy_app(ups.url)) as px:
+        async with aiohttp.ClientSession() as s:
+            r = await s.post(px.url + "/chat/completions", json=tools_body())
+            stalled_at = await plateau(up)
+            got = await asyncio.wait_for(r.content.readany(), CLIENT_WAIT)
+            r.close()
+        await asyncio.wait_for(up.closed.wait(), 2)
+    assert got
+    assert stalled_at < 32 * 1024 * 1024 + MAX_HELD_BYTES, stalled_at
+
+
+# -- two clients racing on one upstream connection pool ----------------------------------
+
+
+def echo_upstream() -> FakeUpstream:
+    def reply(rec: Any) -> Reply:
+        said = rec.body["messages"][-1]["content"]
+        return Reply.stream(text_stream([said, " (echo)"]), delay=0.001)
+
+    return FakeUpstream(handler=reply)
+
+
+async def test_two_clients_racing_on_a_pool_of_one_get_their_own_replies() -> None:
+    async with (
+        echo_upstream() as up,
+        AppServer(proxy_app(up.url, pool_limit=1, pool_wait=5)) as px,
+    ):
+
+        async def client(name: str) -> list[str]:
+            out = []
+            async with aiohttp.ClientSession() as s:
+                for i in range(15):
+                    msg = [{"role": "user", "content": f"{name}-{i}"}]
+                    async with s.post(px.url + "/chat/completions", json=body(messages=msg)) as r:
+                        out.append(assemble(await r.read()).content)
+            return out
+
+        a, b = await asyncio.wait_for(asyncio.gather(client("a"), client("b")), 20)
+    assert a == [f"a-{i} (echo)" for i in range(15)]
+    assert b == [f"b-{i} (echo)" for i in range(15)]
+    assert all(r.ended.is_set() for r in up.chat_requests)
+
+
+async def test_abandoned_stream_frees_its_pool_slot_for_the_other_client() -> None:
+    head = sse([chunk(role="assistant"), chunk("a")], done=False)
+    forever = Reply.stream(head, delay=0.01, repeat=b": still here\n\n")
+    async with FakeUpstream() as up:
+        up.push(forever)  # the first request hangs on; the second is served
+        up.default = Reply.stream(text_stream(["second"]))
+        async with AppServer(proxy_app(up.url, pool_limit=1, pool_wait=5)) as px:
+            async with aiohttp.ClientSession() as s:
+                r1 = await s.post(px.url + "/chat/completions", json=body())
+                await r1.content.readany()
+
+                async def second() -> tuple[int, bytes]:
+                    return await post(px.url, body())
+
+                task = asyncio.create_task(second())
+                await asyncio.sleep(0.2)
+                assert not task.done()  # waiting for the one slot
+                r1.close()
+                status, data = await task
+            await asyncio.wait_for(up.chat_requests[0].ended.wait(), 2)
+    assert status == 200 and assemble(data).content == "second"
+    assert up.chat_requests[0].disconnected
