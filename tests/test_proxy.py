@@ -772,3 +772,27 @@ async def test_upstream_json_error_with_200_on_a_stream_is_502() -> None:
     ):
         status, _, data = await post(px.url, body())
     assert status == 502 and orjson.loads(data)["error"] == "model not loaded"
+
+
+async def test_keys_never_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    dead = refusing_url().replace("http://", "http://user:secretpw@")
+    async with FakeUpstream(Reply.error(503)) as up:
+        app = proxy_app(f"{dead}#api_key=sk-secret1", f"{up.url}#api_key=sk-secret2", retries=0)
+        async with AppServer(app) as px:
+            await post(px.url, body(), {"Authorization": "Bearer sk-client"})
+    text = caplog.text
+    assert "upstream" in text  # the failures were logged...
+    for secret in ("sk-secret1", "sk-secret2", "secretpw", "sk-client"):
+        assert secret not in text  # ...without any key
+
+
+async def test_429_retry_after_is_relayed() -> None:
+    limited = Reply.error(429, "slow down")
+    limited.headers["Retry-After"] = "7"
+    async with FakeUpstream(limited) as up, AppServer(proxy_app(up.url, retries=0)) as px:
+        status, headers, data = await post(px.url, body())
+    assert status == 429 and headers["retry-after"] == "7"
+    assert orjson.loads(data)["error"]["message"] == "slow down"
