@@ -11,6 +11,7 @@ from streamfix.formats import (
     cohere,
     deepseek,
     gemma,
+    gigachat,
     glm,
     granite,
     harmony,
@@ -79,6 +80,7 @@ AP = apertus.Apertus()
 CO = cohere.Cohere()
 LC = longcat.LongCat()
 NE = nemotron.Nemotron()
+GC = gigachat.GigaChat()
 
 CASES: list[Case] = [
     # --- Mistral: old list form
@@ -678,6 +680,19 @@ CASES: list[Case] = [
         [("create_ticket", CT)],
     ),
     aborted("longcat-tag-in-prose", LC, "<longcat_tool_call> is their t", after="ag"),
+    # --- GigaChat 3
+    Case(
+        "gigachat-inline",
+        GC,
+        '<|function_call|>{"name": "lookup_order", "arguments": {"order_id": "F-6"}}</s>',
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "gigachat-role-sep",
+        GC,
+        'function call<|role_sep|>\n{"name": "create_ticket", "arguments": {"title": "Printer on fire", "priority": 1}}',
+        [("create_ticket", CT)],
+    ),
     # --- Nemotron
     Case(
         "nemotron",
