@@ -23,16 +23,9 @@ from .family_cases import CASES, MARKUP, NOT_THIS, Case
 
 TOOLS = tools_of(SHAPES_REQUEST)
 FAMILY_MODULES = (
-    "mistral",
-    "llama",
-    "deepseek",
-    "kimi",
-    "glm",
-    "harmony",
-    "granite",
-    "phi4",
-    "minimax",
-    "gemma",
+    *("mistral", "llama", "deepseek", "kimi", "glm", "harmony", "granite", "phi4", "minimax"),
+    *("gemma", "seed_oss", "internlm", "lfm2", "apertus", "cohere", "longcat", "nemotron"),
+    "gigachat",
 )
 
 
@@ -113,6 +106,16 @@ def test_every_family_declares_formats() -> None:
         m = importlib.import_module(f"streamfix.formats.{mod}")
         assert m.FORMATS and all(isinstance(f, Format) and f.markers and f.name for f in m.FORMATS)
     assert _family.FORMATS == []
+
+
+def test_every_family_format_has_cases() -> None:
+    """Each family format class has at least one lifted case in the table."""
+    import importlib
+
+    covered = {type(c.fmt) for c in CASES if c.calls}
+    for mod in FAMILY_MODULES:
+        for f in importlib.import_module(f"streamfix.formats.{mod}").FORMATS:
+            assert type(f) in covered, f
 
 
 def test_steps_complete_only_optional_left() -> None:
