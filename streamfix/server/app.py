@@ -254,6 +254,23 @@ def validate_chat(body: Any) -> dict[str, Any]:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise RequestError("'tools' must be an array", param="tools")
+    for i, t in enumerate(tools or ()):
+        # Function tools only: other tool types are the upstream's business.
+        if not isinstance(t, dict):
+            raise RequestError(f"tools[{i}] must be an object", param=f"tools[{i}]")
+        if t.get("type", "function") != "function":
+            continue
+        fn = t.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RequestError(
+                f"tools[{i}].function must be an object with a non-empty 'name'",
+                param=f"tools[{i}].function",
+            )
+        if "parameters" in fn and not isinstance(fn["parameters"], dict | None):
+            raise RequestError(
+                f"tools[{i}].function.parameters must be a JSON Schema object",
+                param=f"tools[{i}].function.parameters",
+            )
     for key in ("max_tokens", "max_completion_tokens"):
         v = body.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
