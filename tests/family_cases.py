@@ -174,6 +174,33 @@ CASES: list[Case] = [
         [("lookup_order", LO), ("refresh_cache", {})],
     ),
     Case(
+        "llama32-semicolon-calls",
+        PT,
+        '<|python_tag|>{"name": "lookup_order", "parameters": {"order_id": "F-6"}}; {"name": "refresh_cache", "parameters": {}}',
+        [("lookup_order", LO), ("refresh_cache", {})],
+        after="\nDone.",
+        end=None,
+    ),
+    Case(
+        "llama32-dangling-semicolon",
+        PT,
+        '<|python_tag|>{"name": "lookup_order", "parameters": {"order_id": "F-6"}}; ',
+        [("lookup_order", LO)],
+        after="that is all",
+    ),
+    Case(
+        "llama32-semicolon-then-eom",
+        PT,
+        '<|python_tag|>{"name": "lookup_order", "parameters": {"order_id": "F-6"}};{"name": "refresh_cache", "parameters": {}}<|eom_id|>',
+        [("lookup_order", LO), ("refresh_cache", {})],
+    ),
+    Case(
+        "llama4-python-start-json",
+        PS,
+        '<|python_start|>{"name": "lookup_order", "parameters": {"order_id": "F-6"}}<|python_end|>',
+        [("lookup_order", LO)],
+    ),
+    Case(
         "llama-python-tag-builtin",
         PT,
         '<|python_tag|>lookup_order.call(order_id="F-6")',

@@ -20,7 +20,10 @@ from .family_cases import CASES, Case
 BEFORE = "Before. "
 AFTER = " Done."
 
-E2E = [c for c in CASES if c.calls is not None]
+#: Cases about the end finder's edge (their trailing junk swallows the blank
+#: before ``AFTER``): checked in test_formats_families.py only.
+UNIT_ONLY = {"llama32-dangling-semicolon"}
+E2E = [c for c in CASES if c.calls is not None and c.id not in UNIT_ONLY]
 
 
 def text_of(case: Case) -> str:

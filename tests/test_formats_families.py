@@ -129,6 +129,14 @@ def test_steps_complete_only_optional_left() -> None:
     assert f.feed("ll|> rest") == 4
 
 
+def test_more_is_incomplete_inside_a_further_value() -> None:
+    f = _family.Steps(0, _family.Json("{"), _family.More(";"))
+    assert f.feed("{}") is None and f.complete
+    assert f.feed("; {") is None and not f.complete
+    assert f.feed('"a": 1}') is None and f.complete
+    assert f.feed(" x") == 0
+
+
 def test_opt_mismatch_at_piece_start_ends_at_zero() -> None:
     f = _family.Steps(0, _family.Json("{"), _family.Opt("<|eom_id|>"))
     assert f.feed("{}") is None

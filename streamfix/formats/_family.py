@@ -193,7 +193,55 @@ class Opt:
         return start + c
 
 
-Part = Until | Header | Json | Opt
+class More:
+    """Optional part after a JSON value: further values joined by ``sep``
+    right after it (Llama 3.2 writes ``{…}; {…}``). The character after a
+    value decides at once: ``sep`` continues (blanks after it are taken;
+    a value must follow, else the region ends before the next character,
+    the dangling ``sep`` with it); anything else ends the region there."""
+
+    __slots__ = ("_after_sep", "_bal", "_sep")
+
+    def __init__(self, sep: str) -> None:
+        self._sep = sep
+        self._after_sep = False
+        self._bal: Balanced | None = None
+
+    def scan(self, text: str, start: int) -> int | None:
+        i = start
+        n = len(text)
+        while i < n:
+            if self._bal is not None:
+                r = self._bal.feed(text[i:])
+                if r is None:
+                    return None
+                if r == ABORT:
+                    return ABORT
+                i += r
+                self._bal = None
+                continue
+            c = text[i]
+            if self._after_sep:
+                if c.isspace():
+                    i += 1
+                    continue
+                self._after_sep = False
+                if c in "{[":
+                    self._bal = Balanced()
+                    continue
+                return i
+            if c == self._sep:
+                self._after_sep = True
+                i += 1
+                continue
+            return i
+        return None
+
+
+Part = Until | Header | Json | Opt | More
+
+#: Parts a region may end without (``Steps.complete``).
+_OPTIONAL = (Opt, More)
 
 
 class Steps:
@@ -212,7 +260,9 @@ class Steps:
         """True when every required part is done (only optional trailing
         tokens are still awaited): at the end of the stream the region is a
         whole call."""
-        return all(isinstance(p, Opt) for p in self._parts[self._k :])
+        if any(isinstance(p, More) and p._bal is not None for p in self._parts[self._k :]):
+            return False
+        return all(isinstance(p, _OPTIONAL) for p in self._parts[self._k :])
 
     def feed(self, text: str) -> int | None:
         i = 0

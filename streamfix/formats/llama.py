@@ -3,6 +3,7 @@ shapes they also write belong to the core bare_json/pythonic formats).
 
 - Llama 3.1/3.2/3.3 ``<|python_tag|>{"name": "f", "parameters": {...}}``,
   optionally closed by ``<|eom_id|>`` (a stop token, usually not sent);
+  Llama 3.2 separates several calls with ``;`` (vLLM's parser splits them);
   ``arguments`` for ``parameters`` and a list of calls also occur; the
   built-in tool form ``<|python_tag|>brave_search.call(query="x")`` too
   (vLLM ``tool_parsers/llama_tool_parser.py``, SGLang
@@ -22,9 +23,9 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
-from ._family import Json, Opt, Steps, loads, python_calls, strip_trailer
+from ._family import Json, More, Opt, Steps, loads, python_calls, strip_trailer
 from .base import EndFinder, Format, RawCall, calls_from_value
-from .scan import UntilMarker
+from .scan import UntilMarker, split_values
 
 PYTHON_TAG = "<|python_tag|>"
 EOM = "<|eom_id|>"
@@ -40,20 +41,28 @@ class PythonTag(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(len(marker), Json("{[", call=True), Opt(EOM))
+        return Steps(len(marker), Json("{[", call=True), More(";"), Opt(EOM))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(PYTHON_TAG):
             return None
-        body = strip_trailer(region[len(PYTHON_TAG) :], EOM)
+        body = strip_trailer(region[len(PYTHON_TAG) :], EOM).rstrip(";").rstrip()
         if body[:1] in ("{", "["):
-            value = loads(body)
-            return calls_from_value(value) if value is not None else None
+            values = split_values(body.replace(";", " ")) if ";" in body else [body]
+            if not values:
+                return None
+            calls: list[RawCall] = []
+            for v in values:
+                one = calls_from_value(loads(v))
+                if one is None:
+                    return None
+                calls.extend(one)
+            return calls
         # Built-in tool: ``name.call(k=v)``.
-        calls = python_calls(body)
-        if not calls:
+        code = python_calls(body)
+        if not code:
             return None
-        return [RawCall(c.name.removesuffix(".call"), c.arguments) for c in calls]
+        return [RawCall(c.name.removesuffix(".call"), c.arguments) for c in code]
 
 
 class PythonStart(Format):
@@ -62,12 +71,15 @@ class PythonStart(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(len(marker), Json("[", call=True), Opt(PYTHON_END))
+        return Steps(len(marker), Json("[{", call=True), Opt(PYTHON_END))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(PYTHON_START):
             return None
-        return python_calls(strip_trailer(region[len(PYTHON_START) :], PYTHON_END))
+        body = strip_trailer(region[len(PYTHON_START) :], PYTHON_END)
+        if body.startswith("{") or (body.startswith("[") and body[1:].lstrip().startswith("{")):
+            return calls_from_value(loads(body))
+        return python_calls(body)
 
 
 class FunctionTag(Format):
