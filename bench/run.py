@@ -561,6 +561,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--png", type=Path, help="where to draw the plot (default next to the JSON)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     p.add_argument(
+        "--server-threads",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) - 1),
+        help="threads of the local server (default: CPUs - 1, leaving one core for "
+        "streamfix and this client, as when they share a host with the model server)",
+    )
+    p.add_argument(
         "--allow-remote", action="store_true", help="allow a --base-url that is not on loopback"
     )
     args = p.parse_args(argv)
