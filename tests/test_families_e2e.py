@@ -183,3 +183,23 @@ def test_family_call_at_the_end_of_the_stream(case: Case, finish: str) -> None:
         a = fix_text(pieces, finish=finish)
         assert outcome(a)[1] == expected_calls(case)
         assert a.content.strip() == BEFORE.strip()
+
+
+BYTE_CASES = [c for c in E2E if c.id in {"deepseek-v31", "deepseek-v32-dsml", "gemma4", "kimi-k2"}]
+
+
+@pytest.mark.parametrize("case", BYTE_CASES, ids=[c.id for c in BYTE_CASES])
+def test_family_split_at_every_byte(case: Case) -> None:
+    """The SSE bytes cut inside the multi-byte ``｜``/``▁`` of DeepSeek's
+    tokens (and elsewhere): the same calls and content."""
+    from tests.streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
+
+    text = text_of(case)
+    data = text_stream([text[i : i + 7] for i in range(0, len(text), 7)])
+    want = outcome(assemble(run_sse(data, SHAPES_REQUEST)))
+    assert want[1] == expected_calls(case)
+    # Every cut inside a multi-byte character, and a stride of the others
+    # (every byte everywhere is the core suite's job; this keeps it fast).
+    inside = [k for k in range(1, len(data)) if data[k] & 0xC0 == 0x80]
+    for k in sorted({*inside, *range(1, len(data), 13)}):
+        assert outcome(assemble(run_sse(split_at(data, [k]), SHAPES_REQUEST))) == want, k
