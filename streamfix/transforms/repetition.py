@@ -21,11 +21,11 @@ period ``p``. Short periods need many copies, long ones few:
 
 which is the loosest span that still meets issue 4's bound (no more than
 ``max(4 repeats, 400 chars)`` past the start of the loop reach the client)
-given how often we look: ~344 characters for periods up to 100 (344
-copies of one character, 115 of ``"ha "``), then a little under 4 copies
+given how often we look: 328 characters for periods up to 100 (328
+copies of one character, 109 of ``"ha "``), then a little under 4 copies
 (3.6 to 3.9 for periods over ``SHORT_PERIOD``, looked for less often).
-Measured, the cut comes 360-385 characters past the start of a short
-loop and at 3.7-3.99 copies of a long one, at any chunking.
+Measured, the cut comes 330-385 characters past the start of a short
+loop and at 3.8-3.96 copies of a long one, at any chunking.
 Published detectors choose similar or tighter figures: vLLM's
 ``RepetitionDetectionParams`` (``min_pattern_size``,
 ``max_pattern_size``, ``min_count`` over token ids), llama.cpp's proposed
@@ -71,7 +71,7 @@ from ..delta import Delta
 
 #: Look for a loop every this many characters of a channel. Larger is
 #: cheaper but leaves less of the 400-character budget for the span.
-CHECK_EVERY: Final = 48
+CHECK_EVERY: Final = 64
 #: Issue 4's bound: at most max(4 repeats, 400 characters) past the start
 #: of a loop reach the client.
 BOUND_COPIES: Final = 4
@@ -97,7 +97,7 @@ MAX_CANDIDATES: Final = 32
 #: identical consecutive items required, and the fewest items.
 #: NUMBERED_SPAN + CHECK_EVERY + NUMBERED_MAX_LINE stays under BOUND_CHARS.
 NUMBERED_MAX_LINE: Final = 64
-NUMBERED_SPAN: Final = 280
+NUMBERED_SPAN: Final = 264
 NUMBERED_MIN_LINES: Final = 4
 _DIGITS: Final = "0123456789"
 
@@ -209,7 +209,9 @@ class _Channel:
         self.total += len(text)
         if self.total < self.next_check:
             return None
-        s = self.tail + "".join(self.new)
+        s = self.tail
+        self.tail = ""  # ``s`` is the only reference: ``+=`` grows it in place
+        s += "".join(self.new)
         self.new.clear()
         base = self.base
         found: tuple[int, int] | None = None
@@ -255,12 +257,11 @@ class RepetitionCutter:
         completes a loop. Then the verdict is kept for the ``feed`` the
         chain makes next with the same text (``_lane_hit``), so the text
         is taken into the channel once, as ``feed`` would have."""
-        if not text:
-            return True
         ch = self._content
-        if ch.total + len(text) < ch.next_check:  # no check due: just append
+        n = ch.total + len(text)
+        if n < ch.next_check:  # no check due: just append
             ch.new.append(text)
-            ch.total += len(text)
+            ch.total = n
             return True
         hit = ch.feed(text)
         if hit is None:
