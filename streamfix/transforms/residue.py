@@ -157,9 +157,10 @@ class ResidueStripper:
         if not self.saw_output and not text.isspace():
             self.saw_output = True
         nl = text.rfind("\n")
-        rest = text[nl + 1 :]
-        blank = not rest.strip(" \t")
-        self._line_head = blank if nl >= 0 else self._line_head and blank
+        if nl >= 0:
+            self._line_head = nl == len(text) - 1 or not text[nl + 1 :].strip(" \t")
+        elif self._line_head:
+            self._line_head = not text.strip(" \t")
         self._last = text[-1]
 
     def _count(self, kind: str) -> None:
