@@ -345,3 +345,25 @@ def test_option_off_never_cuts() -> None:
     text, _, _ = _loop_text(PROSE, "again ")
     a = assemble(run_sse(text_stream(_pieces(text, 5)), None, repetition=False))
     assert a.content == text and a.ext is None
+
+
+@given(st.sampled_from(LOOPS[:20]), st.integers(1, 9))
+def test_plain_text_lane_agrees_with_feed(loop: tuple[str, str, str], size: int) -> None:
+    """The chain's plain-text lane (``feed_text``, then ``feed`` with the
+    same text when it declines) cuts exactly where ``feed`` alone does."""
+    _, prefix, unit = loop
+    text, _, _ = _loop_text(prefix, unit)
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    full, d_full, _ = _cut(pieces)
+    cutter = RepetitionCutter(_ctx())
+    lane = ""
+    for piece in pieces:
+        if cutter.feed_text(piece):
+            lane += piece
+            continue
+        d = Delta(content=piece)
+        cutter.feed(d)
+        lane += d.content or ""
+        assert d.stop and d.ext == (d_full.ext if d_full else None)
+        break
+    assert lane == full

@@ -211,3 +211,31 @@ def test_without_tools_blank_is_not_reported() -> None:
     session.feed(text_stream([" "]))
     session.close()
     assert not session.report.empty_after_repair
+
+
+@given(st.lists(st.sampled_from([*ALL, "plain words ", "\n", "  "]), min_size=1, max_size=8))
+def test_plain_text_lane_agrees_with_feed(parts: list[str]) -> None:
+    """What the chain's plain-text lane does (``feed_text`` where it
+    accepts, ``feed`` where it declines) equals ``feed`` on every delta."""
+    ctx = Context.of(SHAPES_REQUEST, {})
+    lane, full = ResidueStripper(ctx), ResidueStripper(ctx)
+    a = b = ""
+    for part in parts:
+        if lane.feed_text(part):
+            a += part
+        else:
+            d = Delta(content=part)
+            lane.feed(d)
+            a += d.content or ""
+        d = Delta(content=part)
+        full.feed(d)
+        b += d.content or ""
+    for s in (lane, full):
+        d = Delta()
+        s.close(d)
+        if s is lane:
+            a += d.content or ""
+        else:
+            b += d.content or ""
+    assert a == b
+    assert lane.saw_output == full.saw_output
