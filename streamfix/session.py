@@ -90,7 +90,15 @@ class SSESession:
         stream means)."""
         if self.finished:
             return b""
-        out = self._events(self._decoder.close())
+        events = self._decoder.close()
+        if events and not events[-1].raw.endswith(b"\n\n"):
+            # The upstream's last event had no blank line after it. Passed
+            # on as is, a client drops it (WHATWG: an unfinished event at
+            # end of stream is discarded), and bytes sent after it (held
+            # text, an error event) would merge into it: end it properly.
+            body = events[-1].raw.rstrip(b"\r\n")
+            events[-1].raw = body + b"\n\n" if body else b""
+        out = self._events(events)
         if not self.finished:
             out += self._encode(self.chain.close(), b"")
         return out
