@@ -367,3 +367,32 @@ def test_plain_text_lane_agrees_with_feed(loop: tuple[str, str, str], size: int)
         assert d.stop and d.ext == (d_full.ext if d_full else None)
         break
     assert lane == full
+
+
+ARG_LOOPS = [
+    ("json array of zeros", '{"values": [', "0, "),
+    ("json object", '{"rows": [', '{"id": 1, "ok": true}, '),
+    ("string", '{"text": "', "la la "),
+    ("escaped newlines", '{"code": "', "print(1)\\n"),
+]
+
+
+@pytest.mark.parametrize("size", [1, 5, 64])
+@pytest.mark.parametrize(("name", "prefix", "unit"), ARG_LOOPS, ids=[x[0] for x in ARG_LOOPS])
+def test_loop_in_arguments_stops_within_the_bound(
+    name: str, prefix: str, unit: str, size: int
+) -> None:
+    """Each call's arguments are a channel of their own: a loop there
+    stops the turn (the chain then abandons the call) within the bound."""
+    text, start, p = _loop_text(prefix, unit)
+    cutter = RepetitionCutter(_ctx())
+    fed = 0
+    for i in range(0, len(text), size):
+        d = Delta(arg_text=[(3, f"{i},"), (0, text[i : i + size])])
+        cutter.feed(d)
+        fed = i + size
+        if d.stop:
+            break
+    assert d.stop
+    assert d.ext == {"cut": "repetition", "period": p}
+    assert fed - size - start <= max(4 * p, 400)
