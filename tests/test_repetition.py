@@ -372,7 +372,7 @@ def test_plain_text_lane_agrees_with_feed(loop: tuple[str, str, str], size: int)
 ARG_LOOPS = [
     ("json array of zeros", '{"values": [', "0, "),
     ("json object", '{"rows": [', '{"id": 1, "ok": true}, '),
-    ("string", '{"text": "', "la la "),
+    ("string", '{"text": "', "la di da "),
     ("escaped newlines", '{"code": "', "print(1)\\n"),
 ]
 
