@@ -15,6 +15,7 @@ from streamfix.formats import (
     glm,
     granite,
     harmony,
+    hunyuan,
     internlm,
     kimi,
     lfm2,
@@ -81,6 +82,7 @@ CO = cohere.Cohere()
 LC = longcat.LongCat()
 NE = nemotron.Nemotron()
 GC = gigachat.GigaChat()
+HY = hunyuan.Hunyuan()
 
 CASES: list[Case] = [
     # --- Mistral: old list form
@@ -720,6 +722,20 @@ CASES: list[Case] = [
         'function call<|role_sep|>\n{"name": "create_ticket", "arguments": {"title": "Printer on fire", "priority": 1}}',
         [("create_ticket", CT)],
     ),
+    # --- Hunyuan v3
+    Case(
+        "hunyuan-v3",
+        HY,
+        "<tool_calls><tool_call>create_ticket<tool_sep><arg_key>title</arg_key><arg_value>Printer on fire</arg_value>"
+        "<arg_key>priority</arg_key><arg_value>1</arg_value></tool_call><tool_call>refresh_cache<tool_sep></tool_call></tool_calls>",
+        [("create_ticket", CT), ("refresh_cache", {})],
+    ),
+    Case(
+        "hunyuan-v3-lone-call-via-glm",
+        GL,
+        "<tool_call>lookup_order<tool_sep><arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
+        [("lookup_order", LO)],
+    ),
     # --- Nemotron
     Case(
         "nemotron",
@@ -778,6 +794,7 @@ MARKUP: list[tuple[Format, str]] = [
     (CO, "<|START_ACTION|>not json<|END_ACTION|>"),
     (LC, "<longcat_tool_call>some prose here</longcat_tool_call>"),
     (NE, "<TOOLCALL>[]</TOOLCALL>"),
+    (HY, "<tool_calls>nothing<tool_sep></tool_calls>"),
     (G4, '<|tool_call>call:lookup_order{order_id:<|"|>F-6}<tool_call|>'),
 ]
 
@@ -786,6 +803,7 @@ NOT_THIS: list[tuple[Format, str]] = [
     (FT, "<function=create_ticket>\n<parameter=title>\nX\n</parameter>\n</function>"),
     (GL, '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "F-6"}}\n</tool_call>'),
     (GL, '<tool_call>[{"name": "lookup_order", "arguments": {}}]</tool_call>'),
+    (HY, '<tool_calls>[{"name": "lookup_order", "arguments": {}}]</tool_calls>'),
     (
         GL,
         "<tool_call>\n<function=lookup_order>\n<parameter=order_id>\nF-6\n</parameter>\n</function>\n</tool_call>",

@@ -37,6 +37,8 @@ from .scan import UntilMarker
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
+#: Hunyuan v3 separates the name from the pairs with this tag (hunyuan.py).
+HY_SEP = "<tool_sep>"
 
 _HEAD = re.compile(r"\s*([^\s<>{}\[\]()\"',]+)\s*(.*)\Z", re.DOTALL)
 
@@ -115,7 +117,7 @@ class Glm(Format):
         if not region.startswith(OPEN):
             return None
         body = region[len(OPEN) :].rstrip()
-        body = body.removesuffix(CLOSE)
+        body = body.removesuffix(CLOSE).replace(HY_SEP, "\n", 1)
         return kv_calls(body, tools)
 
 
