@@ -119,6 +119,23 @@ SCENARIOS = [
         tools=False,
     ),
     Scenario(
+        "think",
+        "Reasoning written into content (<think>…</think>, no reasoning parser on the server)",
+        _text(
+            [
+                "<think>",
+                "The user wants the",
+                " weather; I should",
+                " call the tool.",
+                "</think>",
+                "\n\n",
+                "<tool_call>",
+                '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+                "</tool_call>",
+            ]
+        ),
+    ),
+    Scenario(
         "markup",
         "Leftover template markup after the answer",
         _text(["It is sunny", " in Paris.", "<|im_end|>", "\n<|im_start|>assistant"]),
@@ -156,6 +173,7 @@ async def _models(request: web.Request) -> web.Response:
 @dataclass
 class Seen:
     content: str = ""
+    reasoning: str = ""
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
     finish: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -182,6 +200,7 @@ def assemble(data: bytes) -> Seen:
         for ch in obj.get("choices") or ():
             delta = ch.get("delta") or {}
             seen.content += delta.get("content") or ""
+            seen.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
             for tc in delta.get("tool_calls") or ():
                 slot = seen.calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
                 fn = tc.get("function") or {}
@@ -201,6 +220,8 @@ def describe(seen: Seen) -> list[str]:
         lines.append(f"content: {content[:100]!r}… ({len(content)} chars in all)")
     else:
         lines.append(f"content: {content!r}")
+    if seen.reasoning:
+        lines.append(f"reasoning_content: {seen.reasoning!r}")
     for i, c in sorted(seen.calls.items()):
         lines.append(f"tool_calls[{i}]: {c['name']}({c['arguments']})")
     if not seen.calls:
