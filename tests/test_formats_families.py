@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streamfix.args import parse_object
 from streamfix.context import tools_of
-from streamfix.formats import _family, mistral
+from streamfix.formats import _family, deepseek, glm, kimi, minimax, mistral
 from streamfix.formats.base import ABORT, Format, RawCall
 from tests.streamutil import SHAPES_REQUEST
 
@@ -147,3 +147,30 @@ def test_header_prose_aborts_before_limit() -> None:
     f = mistral.Mistral().end_finder("[TOOL_CALLS]")
     assert f.feed("[TOOL_CALLS]lookup") is None
     assert f.feed("_order is the tool") == ABORT
+
+
+@pytest.mark.parametrize(
+    ("fmt", "region"),
+    [
+        (glm.Glm(), "<tool_call>f" + "<arg_key>k</arg_key><arg_value>v" * 8000),
+        (
+            minimax.MiniMax(),
+            '<minimax:tool_call><invoke name="x">' + '<parameter name="a">v' * 8000,
+        ),
+        (minimax.MiniMaxM3(), ']<]minimax[>[<tool_call><invoke name="x">' + "<a>v" * 8000),
+        (kimi.KimiK3(), '<|open|>call tool="x"<|sep|>' + '<|open|>argument key="a"<|sep|>v' * 8000),
+        (
+            deepseek.Dsml(),
+            '<｜DSML｜tool_calls><｜DSML｜invoke name="x">' + '<｜DSML｜parameter name="a">' * 8000,
+        ),
+    ],
+    ids=["glm", "minimax", "minimax_m3", "kimi_k3", "dsml"],
+)
+def test_unclosed_elements_parse_in_linear_time(fmt: Format, region: str) -> None:
+    """A cut-off region full of unclosed elements is rejected after one scan,
+    not one scan per element (regex retries at every position)."""
+    import time
+
+    t0 = time.perf_counter()
+    assert fmt.parse(region, TOOLS) is None
+    assert time.perf_counter() - t0 < 0.5

@@ -362,10 +362,36 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
         return raw
 
 
-def _blank(text: str, ignore: tuple[str, ...]) -> bool:
-    for t in ignore:
-        text = text.replace(t, "")
-    return not text.strip()
+def contiguous(
+    rx: re.Pattern[str], text: str, ignore: tuple[str, ...] = ()
+) -> list[re.Match[str]] | None:
+    """Matches of ``rx`` one after the other from the start of ``text``,
+    with only blanks (and the tokens in ``ignore``) between and around
+    them; None when anything else is there.
+
+    Each match is tried once, at the position where the previous one
+    ended: a region of unclosed elements costs one scan, not one per
+    element as ``finditer`` would (it retries every later position)."""
+    out: list[re.Match[str]] = []
+    pos = 0
+    n = len(text)
+    while True:
+        while True:
+            while pos < n and text[pos].isspace():
+                pos += 1
+            for t in ignore:
+                if text.startswith(t, pos):
+                    pos += len(t)
+                    break
+            else:
+                break
+        if pos >= n:
+            return out
+        m = rx.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        out.append(m)
+        pos = m.end()
 
 
 def xml_calls(
@@ -386,30 +412,24 @@ def xml_calls(
     the wrapper tokens in ``ignore``) between calls or parameters — such as
     a parameter cut off halfway by the end of the stream — gives None, so
     a broken call is never lifted with arguments missing."""
+    found = contiguous(call_re, body, ignore)
+    if not found:
+        return None
     calls: list[RawCall] = []
-    pos = 0
-    for m in call_re.finditer(body):
-        if not _blank(body[pos : m.start()], ignore):
-            return None
-        pos = m.end()
+    for m in found:
         name = m.group(1).strip()
         inner = m.group(2)
-        args: dict[str, Any] = {}
-        ipos = 0
-        for p in param_re.finditer(inner):
-            if inner[ipos : p.start()].strip():
-                return None
-            ipos = p.end()
-            args[p.group(1).strip()] = value(p, name) if value else strip_value(p.group(2))
-        rest = inner[ipos:].strip()
-        if not args and rest.startswith("{"):
-            calls.append(RawCall(name, rest))
+        s = inner.strip()
+        if s.startswith("{"):
+            calls.append(RawCall(name, s))
             continue
-        if rest:
+        params = contiguous(param_re, inner)
+        if params is None:
             return None
+        args: dict[str, Any] = {}
+        for p in params:
+            args[p.group(1).strip()] = value(p, name) if value else strip_value(p.group(2))
         calls.append(RawCall(name, args))
-    if not calls or not _blank(body[pos:], ignore):
-        return None
     return calls
 
 

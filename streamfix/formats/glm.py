@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from ..context import ToolSpec
-from ._family import strip_value, typed_value
+from ._family import contiguous, strip_value, typed_value
 from .base import EndFinder, Format, RawCall
 from .scan import UntilMarker
 
@@ -63,18 +63,14 @@ def kv_calls(
         if glued is None:
             return None
         name, rest = glued
-    pair = _pair_re(key, value)
+    pairs = contiguous(_pair_re(key, value), rest)
+    if not pairs:
+        return None
     args: dict[str, Any] = {}
-    pos = 0
-    for p in pair.finditer(rest):
-        if p.start() != pos:
-            return None
-        pos = p.end()
+    for p in pairs:
         k = p.group(1).strip()
         raw = p.group(2) if p.group(2) is not None else p.group(3)
         args[k] = typed_value(strip_value(raw), tools, name, k)
-    if pos != len(rest) or not args:
-        return None
     return [RawCall(name, args)]
 
 

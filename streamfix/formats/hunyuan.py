@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..context import ToolSpec
+from ._family import contiguous
 from .base import EndFinder, Format, RawCall
 from .glm import kv_calls
 from .scan import UntilMarker
@@ -41,18 +42,15 @@ class Hunyuan(Format):
         body = region[len(OPEN) :].rstrip().removesuffix(CLOSE)
         if SEP not in body:
             return None
+        found = contiguous(_CALL, body)
+        if not found:
+            return None
         calls: list[RawCall] = []
-        pos = 0
-        for m in _CALL.finditer(body):
-            if m.start() != pos:
-                return None
-            pos = m.end()
+        for m in found:
             one = kv_calls(m.group(1).replace(SEP, "\n", 1), tools)
             if one is None:
                 return None
             calls.extend(one)
-        if not calls or pos != len(body):
-            return None
         return calls
 
 

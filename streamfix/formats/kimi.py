@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
-from ._family import loads
+from ._family import contiguous, loads
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker
 
@@ -122,10 +122,6 @@ def _attrs(text: str) -> dict[str, str]:
     return {k: v.replace("&quot;", '"').replace("&amp;", "&") for k, v in _K3_ATTR.findall(text)}
 
 
-def _k3_blank(text: str) -> bool:
-    return not text.replace(K3_TOOLS_OPEN, "").replace(K3_TOOLS_CLOSE, "").strip()
-
-
 class KimiK3(Format):
     name: ClassVar[str] = "kimi_k3"
     markers: ClassVar[tuple[str, ...]] = (K3_TOOLS_OPEN, K3_CALL_OPEN)
@@ -136,36 +132,27 @@ class KimiK3(Format):
         return UntilMarker(close, skip=len(marker))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        found = contiguous(_K3_CALL, region, (K3_TOOLS_OPEN, K3_TOOLS_CLOSE))
+        if not found:
+            return None
         calls: list[RawCall] = []
-        pos = 0
-        for m in _K3_CALL.finditer(region):
-            if not _k3_blank(region[pos : m.start()]):
-                return None
-            pos = m.end()
+        for m in found:
             name = _attrs(m.group(1)).get("tool", "")
-            if not name:
+            arg_matches = contiguous(_K3_ARG, m.group(2))
+            if not name or arg_matches is None:
                 return None
             args: dict[str, Any] = {}
-            apos = 0
-            body = m.group(2)
-            for a in _K3_ARG.finditer(body):
-                if body[apos : a.start()].strip():
-                    return None
-                apos = a.end()
+            for a in arg_matches:
                 attrs = _attrs(a.group(1))
-                raw = a.group(2)
+                key, raw = attrs.get("key", ""), a.group(2)
                 if attrs.get("type", "string") == "string":
-                    args[attrs.get("key", "")] = raw
+                    args[key] = raw
                 else:
                     try:
-                        args[attrs.get("key", "")] = orjson.loads(raw)
+                        args[key] = orjson.loads(raw)
                     except orjson.JSONDecodeError:
-                        args[attrs.get("key", "")] = raw
-            if body[apos:].strip():
-                return None
+                        args[key] = raw
             calls.append(RawCall(name, args))
-        if not calls or not _k3_blank(region[pos:]):
-            return None
         return calls
 
 

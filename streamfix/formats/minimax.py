@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
-from ._family import loads, opens_with, strip_value, typed_value, xml_calls
+from ._family import contiguous, loads, opens_with, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker
 
@@ -83,12 +83,11 @@ _ARROW_ARG = re.compile(
 
 def _arrow_args(text: str, tools: Mapping[str, ToolSpec], name: str) -> dict[str, Any] | None:
     inner = text.strip()[1:-1]
+    found = contiguous(_ARROW_ARG, inner)
+    if found is None:
+        return None
     args: dict[str, Any] = {}
-    pos = 0
-    for m in _ARROW_ARG.finditer(inner):
-        if m.start() != pos:
-            return None
-        pos = m.end()
+    for m in found:
         key = m.group(1) or m.group(2)
         raw = m.group(3)
         if raw.startswith('"'):
@@ -98,7 +97,7 @@ def _arrow_args(text: str, tools: Mapping[str, ToolSpec], name: str) -> dict[str
                 return None
         else:
             args[key] = typed_value(raw, tools, name, key)
-    return args if pos == len(inner) else None
+    return args
 
 
 class MiniMaxArrow(Format):
@@ -146,14 +145,8 @@ def _m3_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> A
 
 
 def _m3_children(text: str) -> list[tuple[str, str]] | None:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    for m in _M3_ELEMENT.finditer(text):
-        if m.start() != pos:
-            return None
-        pos = m.end()
-        out.append((m.group(1), m.group(2)))
-    return out if pos == len(text) else None
+    found = contiguous(_M3_ELEMENT, text)
+    return None if found is None else [(m.group(1), m.group(2)) for m in found]
 
 
 class MiniMaxM3(Format):
@@ -169,19 +162,16 @@ class MiniMaxM3(Format):
         if not text.startswith("<tool_call>"):
             return None
         body = text[len("<tool_call>") :].removesuffix(M3_CLOSE)
+        found = contiguous(_M3_INVOKE, body)
+        if not found:
+            return None
         calls: list[RawCall] = []
-        pos = 0
-        for m in _M3_INVOKE.finditer(body):
-            if m.start() != pos:
-                return None
-            pos = m.end()
+        for m in found:
             name = m.group(1).strip()
             children = _m3_children(m.group(2))
             if children is None:
                 return None
             calls.append(RawCall(name, {k: _m3_value(v, tools, name, k) for k, v in children}))
-        if not calls or body[pos:].strip():
-            return None
         return calls
 
 
