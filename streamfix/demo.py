@@ -138,7 +138,7 @@ SCENARIOS = [
     Scenario(
         "markup",
         "Leftover template markup after the answer",
-        _text(["It is sunny", " in Paris.", "<|im_end|>", "\n<|im_start|>assistant"]),
+        _text(["It is sunny", " in Paris.", "</tool_call>", "<|im_end|>"]),
     ),
 ]
 
