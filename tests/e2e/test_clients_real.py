@@ -64,7 +64,7 @@ def test_sdk_not_streamed(sdk: Any, relay: RecordingRelay) -> None:
 @needs_detector
 def test_sdk_streamed(sdk: Any, relay: RecordingRelay) -> None:
     mark = relay.mark()
-    content, by_index = "", {}
+    content, by_index, finish = "", {}, None
     for ev in sdk.chat.completions.create(**_kwargs(), stream=True):
         if not ev.choices:
             continue
@@ -74,8 +74,11 @@ def test_sdk_streamed(sdk: Any, relay: RecordingRelay) -> None:
             cur = by_index.setdefault(tc.index, ["", ""])
             cur[0] += (tc.function and tc.function.name) or ""
             cur[1] += (tc.function and tc.function.arguments) or ""
+        finish = ev.choices[0].finish_reason or finish
     calls = [(n, json.loads(a)) for n, a in (by_index[i] for i in sorted(by_index))]
     _check(relay, mark, calls, content)
+    if calls:
+        assert finish == "tool_calls"
 
 
 @needs_detector
