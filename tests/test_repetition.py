@@ -22,7 +22,17 @@ from streamfix.transforms.repetition import (
     required_span,
 )
 
-from .streamutil import CAPTURES, SHAPES_REQUEST, assemble, chunk, run_sse, sse, text_stream, tool
+from .streamutil import (
+    CAPTURES,
+    SHAPES_REQUEST,
+    assemble,
+    chunk,
+    run_sse,
+    split_at,
+    sse,
+    text_stream,
+    tool,
+)
 
 PROSE = (
     "Streaming repairs have to be cheap. The proxy sits between a client and a small "
@@ -396,3 +406,22 @@ def test_loop_in_arguments_stops_within_the_bound(
     assert d.stop
     assert d.ext == {"cut": "repetition", "period": p}
     assert fed - size - start <= max(4 * p, 400)
+
+
+@given(st.sampled_from(LOOPS[:20]), st.lists(st.integers(0, 6000), max_size=20))
+def test_byte_splits_of_the_stream_do_not_matter(
+    loop: tuple[str, str, str], cuts: list[int]
+) -> None:
+    """Through ``fix_sse``: any split of the upstream's bytes (inside UTF-8
+    sequences too) gives the same cut as the unsplit stream."""
+    _, prefix, unit = loop
+    text, _, _ = _loop_text(prefix, unit)
+    data = text_stream(_pieces(text, "random"))
+    whole = assemble(run_sse(data))
+    split = assemble(run_sse(split_at(data, cuts)))
+    assert (split.content, split.ext, split.finish_reason) == (
+        whole.content,
+        whole.ext,
+        whole.finish_reason,
+    )
+    assert whole.ext is not None

@@ -14,7 +14,7 @@ from streamfix.context import Context
 from streamfix.delta import Delta, ToolCall
 from streamfix.transforms.residue import MAX_PENDING, ResidueStripper
 
-from .streamutil import SHAPES_REQUEST, assemble, run_sse, text_stream
+from .streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
 
 
 def _strip(pieces: list[str]) -> tuple[str, Context]:
@@ -239,3 +239,40 @@ def test_plain_text_lane_agrees_with_feed(parts: list[str]) -> None:
             b += d.content or ""
     assert a == b
     assert lane.saw_output == full.saw_output
+
+
+@given(
+    st.lists(st.sampled_from(ALL), min_size=1, max_size=4),
+    st.lists(st.integers(0, 2000), max_size=20),
+)
+def test_byte_splits_of_the_stream_do_not_matter(parts: list[str], cuts: list[int]) -> None:
+    """Through ``fix_sse`` with tools: any split of the upstream's bytes
+    (inside UTF-8 sequences too: ``｜`` is three bytes) gives the same
+    result as the unsplit stream."""
+    text = " ".join(parts)
+    data = text_stream([text[i : i + 2] for i in range(0, len(text), 2)])
+    whole = assemble(run_sse(data, SHAPES_REQUEST))
+    split = assemble(run_sse(split_at(data, cuts), SHAPES_REQUEST))
+    assert (split.content, split.calls(), split.finish_reason) == (
+        whole.content,
+        whole.calls(),
+        whole.finish_reason,
+    )
+
+
+def test_non_streamed_completion_is_stripped() -> None:
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Answer: 4.<|im_end|>"},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    out = streamfix.fix_completion(completion, SHAPES_REQUEST)
+    assert out["choices"][0]["message"]["content"] == "Answer: 4."
+    untouched = streamfix.fix_completion(completion)
+    assert untouched["choices"][0]["message"]["content"] == "Answer: 4.<|im_end|>"
