@@ -334,7 +334,21 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def _measure(paths: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process (Linux ``/proc``), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(
+    paths: dict[str, str], args: argparse.Namespace, pids: dict[str, int]
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     # "steady": the second half of each latency stream, past any hold at
     # the start of a reply (the reasoning splitter holds up to 2048 chars)
@@ -355,6 +369,7 @@ async def _measure(paths: dict[str, str], args: argparse.Namespace) -> dict[str,
                 await _stream(
                     session, url, args.latency_chunks, args.pace, lat, check, tools, first
                 )
+            cpu0 = _cpu_seconds(pids.get(name))
             t0 = time.perf_counter()
             counts = await asyncio.gather(
                 *(
@@ -363,7 +378,12 @@ async def _measure(paths: dict[str, str], args: argparse.Namespace) -> dict[str,
                 )
             )
             wall = time.perf_counter() - t0
+            cpu1 = _cpu_seconds(pids.get(name))
+            cpu = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
             results[name] = {
+                # CPU the proxy process spent per chunk in the throughput
+                # run: robust to other load on the machine, unlike chunks/s
+                "proxy_cpu_us_per_chunk": cpu / sum(counts) * 1e6 if cpu is not None else None,
                 "p50_us": statistics.median(v for _, v in lat),
                 "p99_us": _pct([v for _, v in lat], 0.99),
                 "steady_p50_us": statistics.median(v for i, v in lat if i >= steady),
@@ -465,7 +485,8 @@ def main() -> int:
         deadline = time.monotonic() + 20
         for url in paths.values():
             await _wait(url, deadline)
-        res = await asyncio.wait_for(_measure(paths, args), 50)
+        pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
+        res = await asyncio.wait_for(_measure(paths, args, pids), 50)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         return res
 
@@ -496,6 +517,11 @@ def main() -> int:
         "steady_latency_ratio_p50": sf["steady_p50_us"] / pt["steady_p50_us"],
         "steady_latency_ratio_p99": sf["steady_p99_us"] / pt["steady_p99_us"],
         "throughput_ratio": sf["chunks_per_s"] / pt["chunks_per_s"],
+        "cpu_ratio": (
+            sf["proxy_cpu_us_per_chunk"] / pt["proxy_cpu_us_per_chunk"]
+            if sf["proxy_cpu_us_per_chunk"] and pt["proxy_cpu_us_per_chunk"]
+            else None
+        ),
         "seconds": time.monotonic() - t0,
         "chain": chain,
     }
@@ -528,6 +554,12 @@ def main() -> int:
         f"(target <= 1.1), p99 {summary['latency_ratio_p99']:.2f}x; "
         f"throughput {summary['throughput_ratio']:.2f}x (target >= 0.9)"
     )
+    if summary["cpu_ratio"] is not None:
+        print(
+            f"proxy CPU per chunk at {args.streams} streams: passthrough "
+            f"{pt['proxy_cpu_us_per_chunk']:.1f} µs, "
+            f"streamfix {sf['proxy_cpu_us_per_chunk']:.1f} µs ({summary['cpu_ratio']:.2f}x)"
+        )
     print(
         f"steady state (second half of each stream): latency p50 "
         f"{summary['steady_latency_ratio_p50']:.2f}x, "

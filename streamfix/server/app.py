@@ -47,6 +47,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -381,6 +382,12 @@ class Proxy:
             sock_read=config.read_timeout,
         )
         self._api_keys = [k.encode() for k in config.api_keys]
+        self._upstream_secrets = [
+            secret.encode()
+            for u in config.upstreams
+            for secret in (u.api_key, urlsplit(u.url).password)
+            if secret and len(secret) >= 4  # a 1-3 character "key" would garble bodies
+        ]
         self._client: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(config.pool_limit)
         self._probe_task: asyncio.Task[None] | None = None
@@ -435,7 +442,10 @@ class Proxy:
     @web.middleware
     async def errors_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            return await handler(request)
+            resp = await handler(request)
+            if resp.status >= 400 and isinstance(resp, web.Response):
+                self._redact(resp)
+            return resp
         except RequestError as exc:
             return json_error(
                 exc.status,
@@ -452,6 +462,19 @@ class Proxy:
             return json_error(
                 exc.status, message, _STATUS_TYPES.get(exc.status, "invalid_request_error")
             )
+
+    def _redact(self, resp: web.Response) -> None:
+        """Upstream error bodies are relayed, and some upstreams echo the key
+        they were sent ("Incorrect API key provided: sk-…"): never pass a
+        configured upstream key (or URL password) on to the client."""
+        body = resp.body
+        if not isinstance(body, bytes) or not self._upstream_secrets:
+            return
+        out = body
+        for secret in self._upstream_secrets:
+            out = out.replace(secret, b"[redacted]")
+        if out != body:
+            resp.body = out
 
     @web.middleware
     async def auth_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -843,7 +866,13 @@ class Proxy:
         try:
             async for data in resp.content.iter_any():
                 got_data = True
-                if not reasoning_seen and _REASONING.search(data):
+                # ``in`` (memchr-fast) first: the regex alone would step
+                # through every byte of every read
+                if (
+                    not reasoning_seen
+                    and (b"reasoning" in data or b"<think>" in data)
+                    and _REASONING.search(data)
+                ):
                     reasoning_seen = True
                     up.mark_reasoning()
                 t0 = perf()
