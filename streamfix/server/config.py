@@ -42,6 +42,15 @@ class UpstreamConfig:
     window: int | None = None
     reasoning: bool = False
 
+    def __repr__(self) -> str:  # no key, no password from the URL
+        return f"UpstreamConfig(url={self.name!r}, weight={self.weight}, window={self.window})"
+
+    @property
+    def has_credentials(self) -> bool:
+        """``user:password@`` in the URL: aiohttp sends them as Basic auth,
+        and no ``Authorization`` header is added (aiohttp refuses both)."""
+        return "@" in urlsplit(self.url).netloc
+
     @property
     def name(self) -> str:
         """The URL without credentials or query: safe for logs and metrics."""

@@ -140,7 +140,9 @@ def forward_headers(
         if lk in drop or lk == "authorization":
             continue
         out.add(k, v)
-    if up.cfg.api_key:
+    if up.cfg.has_credentials:
+        pass  # user:password in the URL: aiohttp sends it as Basic auth
+    elif up.cfg.api_key:
         out["Authorization"] = f"Bearer {up.cfg.api_key}"
     elif forward_auth and client.get("Authorization"):
         out["Authorization"] = client["Authorization"]
@@ -152,6 +154,9 @@ def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     framing ones that the proxy sets itself)."""
     out: CIMultiDict[str] = CIMultiDict()
     skip = HOP_BY_HOP | {"content-type", "date", "server"}
+    conn = upstream.get("Connection")
+    if conn:  # fields the upstream named hop-by-hop (RFC 9110 §7.6.1)
+        skip = skip | {t.strip().lower() for t in conn.split(",")}
     for k, v in upstream.items():
         if k.lower() not in skip:
             out.add(k, v)

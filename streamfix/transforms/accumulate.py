@@ -16,6 +16,7 @@ from ..args import coerce, dumps, looks_truncated, parse_object
 from ..chunks import ToolCallDelta
 from ..context import Context
 from ..delta import Delta, ToolCall, new_call_id
+from ..formats.base import resolve_name
 
 
 class _Pending:
@@ -126,6 +127,15 @@ class Accumulator:
                 else:
                     report.count("dropped_call.bad_arguments")
                 continue
+            if tools and call.name not in tools:
+                # Only offered tools are called: an engine's parser turns
+                # whatever name the model wrote (prompt injection included)
+                # into a structured call. ``functions.x`` still names ``x``.
+                resolved = resolve_name(call.name, tools)
+                if resolved is None:
+                    report.count("dropped_call.unoffered")
+                    continue
+                call.name = resolved
             spec = tools.get(call.name)
             if spec is not None:
                 args, converted = coerce(args, spec.parameters)
