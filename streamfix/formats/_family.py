@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -482,8 +482,3 @@ def _dotted(node: ast.expr) -> str | None:
         head = _dotted(node.value)
         return None if head is None else f"{head}.{node.attr}"
     return None
-
-
-def alternation(words: Iterable[str]) -> str:
-    """A regex alternation of literal strings, longest first."""
-    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
