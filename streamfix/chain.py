@@ -229,8 +229,7 @@ class Chain:
             fragments0 = dv.tool_calls or None
             d = Delta(content0, reasoning0, fragments0, finish)
         st.run(d, finish is not None, start)
-        if d.content or d.calls or d.reasoning:
-            st.saw_output = True
+        self._note_output(st, d)
         if st.done:
             if st.cut:
                 self.stopped = all(c.cut for c in self._choices.values())
@@ -256,11 +255,16 @@ class Chain:
         for index, st in pending:
             d = Delta()
             st.run(d, True)
-            if d.content or d.calls or d.reasoning:
-                st.saw_output = True
+            self._note_output(st, d)
             results.append((ChoiceView(index=index), d))
         self._check_empty()
         return self._rebuild(template, results, synthetic=True)
+
+    def _note_output(self, st: _Choice, d: Delta) -> None:
+        if d.content or d.calls or d.reasoning:
+            st.saw_output = True
+            if d.reasoning:
+                self.report.reasoning = True
 
     def _check_empty(self) -> None:
         """Every choice ended with no call and no text but whitespace (as
@@ -303,8 +307,7 @@ class Chain:
                     if tc.index is None:
                         tc.index = i
             st.run(d, True)
-            if d.content or d.calls or d.reasoning:
-                st.saw_output = True
+            self._note_output(st, d)
             new_choices.append(self._message_choice(ch, d, st))
         out["choices"] = new_choices
         self._check_empty()

@@ -94,6 +94,10 @@ class Report:
     #: The reply is empty after repair (no text, no call): ask again.
     empty_after_repair: bool = False
     unrecognised: list[str] = field(default_factory=list)
+    #: The reply carried reasoning (upstream ``reasoning_content`` or a
+    #: ``<think>`` section): the model reasons before answering, so the
+    #: proxy gives it a larger output allowance next time.
+    reasoning: bool = False
 
     def count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] += n

@@ -251,3 +251,12 @@ def test_events_before_an_oversized_one_in_the_same_read_are_not_lost() -> None:
     a = assemble(run_sse(data, None, max_event_bytes=1000))
     assert a.content == "kept"
     assert a.errors and "larger than 1000 bytes" in a.errors[0]["message"]
+
+
+def test_report_says_when_the_reply_carried_reasoning() -> None:
+    plain = streamfix.SSESession(WEATHER)
+    plain.feed(sse([chunk("hi"), chunk(finish="stop")]))
+    assert not plain.report.reasoning
+    thinking = streamfix.SSESession(None)
+    thinking.feed(sse([chunk(reasoning="let me think"), chunk("hi"), chunk(finish="stop")]))
+    assert thinking.report.reasoning

@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -94,7 +93,6 @@ _KEEPALIVE = b": keep-alive\n\n"
 
 #: A delta that carries reasoning text (not ``"reasoning_content": null``,
 #: which vLLM sends in every chunk of every model).
-_REASONING = re.compile(rb'"reasoning(?:_content)?"\s*:\s*"[^"]|<think>')
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -338,17 +336,6 @@ def completion_to_sse(completion: dict[str, Any]) -> bytes:
     return b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT
 
 
-def _has_reasoning(obj: dict[str, Any]) -> bool:
-    for ch in obj.get("choices") or ():
-        msg = ch.get("message") if isinstance(ch, dict) else None
-        if isinstance(msg, dict) and (msg.get("reasoning_content") or msg.get("reasoning")):
-            return True
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, str) and "<think>" in content:
-            return True
-    return False
-
-
 def _calls_in(obj: dict[str, Any]) -> int:
     n = 0
     for ch in obj.get("choices") or ():
@@ -462,6 +449,13 @@ class Proxy:
             return json_error(
                 exc.status, message, _STATUS_TYPES.get(exc.status, "invalid_request_error")
             )
+        except Exception:
+            # A bug of ours: an OpenAI-shaped 500 rather than aiohttp's plain
+            # text one (a streamed reply already begun ends in ``_pump``).
+            if request.writer.output_size > 0:
+                raise
+            log.exception("internal error on %s %s", request.method, request.path)
+            return json_error(500, "streamfix internal error (see the proxy log)", "internal_error")
 
     def _redact(self, resp: web.Response) -> None:
         """Upstream error bodies are relayed, and some upstreams echo the key
@@ -739,12 +733,12 @@ class Proxy:
                     f"upstream {up.name} sent a reply that is not a JSON object",
                     "upstream_protocol_error",
                 )
-            if not up.info.reasoning and _has_reasoning(obj):
-                up.mark_reasoning()
             ctx = Context.of(client_body, {})
             t0 = time.perf_counter()
             fixed = Chain(ctx).complete(obj)
             self.metrics.chunk_seconds.observe(time.perf_counter() - t0)
+            if ctx.report.reasoning and not up.info.reasoning:
+                up.mark_reasoning()
             self.metrics.count_report(ctx.report.counts)
             reason = self._reask_reason(att, ctx.report, _calls_in(fixed))
             if reason is not None:
@@ -862,19 +856,9 @@ class Proxy:
         got_data = False
         tail = b""
         error: str | None = None
-        reasoning_seen = up.info.reasoning
         try:
             async for data in resp.content.iter_any():
                 got_data = True
-                # ``in`` (memchr-fast) first: the regex alone would step
-                # through every byte of every read
-                if (
-                    not reasoning_seen
-                    and (b"reasoning" in data or b"<think>" in data)
-                    and _REASONING.search(data)
-                ):
-                    reasoning_seen = True
-                    up.mark_reasoning()
                 t0 = perf()
                 out = session.feed(data)
                 observe(perf() - t0)
@@ -926,6 +910,8 @@ class Proxy:
             tail = error_event("streamfix internal error", "internal_error")
         finally:
             self.metrics.count_report(session.report.counts)
+            if session.report.reasoning and not up.info.reasoning:
+                up.mark_reasoning()
         if session.stopped:
             log.info("cut %s: %s", up.name, session.report.cut)
         if not client.committed and client.held_bytes:

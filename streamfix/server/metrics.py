@@ -12,10 +12,13 @@ so a new transformer's counter shows up without touching this module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 #: Time streamfix spends in ``SSESession.feed`` per upstream read: the
 #: chain costs microseconds, so the buckets start at 5 µs.
@@ -35,7 +38,40 @@ CHUNK_BUCKETS = (
     0.25,
 )
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "ChunkHistogram", "Metrics"]
+
+
+class ChunkHistogram(Collector):
+    """A histogram observed once per upstream read, on the hot path.
+
+    ``prometheus_client.Histogram.observe`` takes a lock and walks the
+    buckets (about 1 µs, as much as the chain itself on a plain chunk);
+    this one is one ``bisect`` and two additions, in the event loop's
+    single thread, and is turned into the same exposition at scrape time.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        cumulative: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            cumulative.append((repr(bound), running))
+        running += self.counts[-1]
+        cumulative.append(("+Inf", running))
+        yield HistogramMetricFamily(
+            self.name, self.documentation, buckets=cumulative, sum_value=self.total
+        )
 
 
 class Metrics:
@@ -76,12 +112,12 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
-        self.chunk_seconds = Histogram(
+        self.chunk_seconds = ChunkHistogram(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",
-            buckets=CHUNK_BUCKETS,
-            registry=r,
+            CHUNK_BUCKETS,
         )
+        r.register(self.chunk_seconds)
 
     def count_report(self, counts: Mapping[str, int]) -> None:
         for kind, n in counts.items():
