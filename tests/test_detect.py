@@ -44,6 +44,26 @@ def test_capture_toolcall_as_text_is_a_structured_call(size: int) -> None:
     assert report.counts["lifted.hermes"] == 1
 
 
+def test_capture_one_of_two_calls() -> None:
+    data = (CAPTURES / "d3_toolcall_as_text_then_more.sse").read_bytes()
+    for size in (1, 5, 10**6):
+        a, _ = run_parts(split_bytes(data, size), WEATHER)
+        assert (a.content, a.calls()) == ("", [("get_weather", {"city": "Berlin"})])
+
+
+def test_capture_prose_is_untouched() -> None:
+    data = (CAPTURES / "d2_toolcall_as_text_zeroshot.sse").read_bytes()
+    plain, _ = run_parts([data], {"model": "m", "messages": []})
+    for size in (1, 3, 10**6):
+        a, report = run_parts(split_bytes(data, size), WEATHER)
+        assert (a.content, a.tool_calls, a.finish_reason) == (
+            plain.content,
+            [],
+            plain.finish_reason,
+        )
+        assert not report.counts.get("unrecognised_markup")
+
+
 def test_capture_without_tools_is_untouched() -> None:
     data = (CAPTURES / "d_toolcall_as_text.sse").read_bytes()
     a, _ = run_parts([data], {"model": "m", "messages": []})
