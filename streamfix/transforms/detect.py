@@ -185,7 +185,9 @@ class ToolTagDetector:
         "_marker",
         "_opaque",
         "_parts",
+        "_plain",
         "_prev",
+        "_scan_search",
         "_since_call",
         "_size",
         "_truncated",
@@ -196,6 +198,10 @@ class ToolTagDetector:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.m = matcher_for(ctx.tools)
+        self._scan_search = self.m.scan.search
+        #: Outside any region, nothing held, past the reply's start: the
+        #: state in which ``feed_text`` can pass text through.
+        self._plain = False
         self._held = ""  # outside a region: blanks + a marker's prefix
         self._leading = True  # nothing but blanks released yet
         self._since_call = False  # nothing but blanks since the last call
@@ -237,13 +243,12 @@ class ToolTagDetector:
         False, with nothing changed, otherwise."""
         if not text:
             return True  # feed() would not look at it either
-        if self._held or self._leading or self._finder is not None or self._opaque is not None:
+        if not self._plain:
             return False
         last = text[-1]
         if last.isspace():
             return False  # blanks before a possible call are held: feed()
-        mm = self.m.scan.search(text)
-        if mm is not None and self._search(text) is not None:
+        if self._scan_search(text) is not None and self._search(text) is not None:
             return False  # a marker or a marker's prefix: feed()
         # Released as is (``_release`` inlined: this is the hot path).
         self._prev = last
@@ -327,6 +332,9 @@ class ToolTagDetector:
             held, self._held = self._held, ""
             if not (self._since_call and held.isspace()):
                 self._release(out, held)
+        self._plain = not (
+            self._held or self._leading or self._finder is not None or self._opaque is not None
+        )
         return out
 
     def _scan(self, s: str, out: list[str], final: bool) -> str | None:
