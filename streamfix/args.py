@@ -79,6 +79,17 @@ def _repair(s: str) -> Any:
             return orjson.loads(no_commas)
         except orjson.JSONDecodeError:
             pass
+    value = _literal_eval(s)
+    if value is None:
+        # Mixed spellings: JSON's true/null with single quotes, or object
+        # keys without quotes ({order_id: "E-5"}, as Gemma writes them).
+        mixed = _MIXED.sub(_mixed_token, s)
+        if mixed != s:
+            value = _literal_eval(mixed)
+    return value
+
+
+def _literal_eval(s: str) -> Any:
     try:
         # A Python literal: single quotes, True/False/None, trailing commas.
         value = ast.literal_eval(s)
@@ -87,6 +98,22 @@ def _repair(s: str) -> Any:
     if not _json_safe(value):
         return None
     return _lists(value)
+
+
+_MIXED = re.compile(
+    r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"""  # strings: kept as they are
+    r"|\b(true|false|null)\b"
+    r"|(?<=[{,])(\s*)([A-Za-z_][\w-]*)(?=\s*:)"  # a bare key
+)
+_PY_NAMES = {"true": "True", "false": "False", "null": "None"}
+
+
+def _mixed_token(m: re.Match[str]) -> str:
+    if m.group(1):
+        return _PY_NAMES[m.group(1)]
+    if m.group(3):
+        return f'{m.group(2)}"{m.group(3)}"'
+    return m.group(0)
 
 
 def _lists(value: Any) -> Any:

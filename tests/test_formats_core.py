@@ -266,6 +266,12 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "On it.",
         [("create_ticket", {"title": "x", "priority": 1})],
     ),
+    (
+        "call-prefix-bare-keys",
+        'call:lookup_order{order_id: "E-5"}',
+        "",
+        [("lookup_order", {"order_id": "E-5"})],
+    ),
     # --- placeholder
     ("placeholder", "{{ refresh_cache }}", "", [("refresh_cache", {})]),
     ("placeholder-tight", "{{refresh_cache}}", "", [("refresh_cache", {})]),
