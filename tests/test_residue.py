@@ -67,6 +67,16 @@ STRIPPED: list[tuple[str, str, str, str]] = [
     ("empty fence, blanks", "```json   \n \t \n  ```  \nok", "  \nok", "empty_fence"),
     ("indented empty fence", "1. step\n   ```json\n   ```\n", "1. step\n   \n", "empty_fence"),
     ("fence opener left alone", "Calling it now.\n```json\n", "Calling it now.\n", "empty_fence"),
+    ("dsml closer", "Done.</｜DSML｜tool_calls>", "Done.", "special_token"),
+    ("dsml closer, double bar", "Done.</｜｜DSML｜｜function_calls>", "Done.", "special_token"),
+    ("gemma 4 closer", "ok<tool_call|>", "ok", "special_token"),
+    ("functiongemma", "ok<end_function_call>", "ok", "special_token"),
+    ("closing invoke", "ok</invoke>", "ok", "wrapper_tag"),
+    ("closing minimax", "ok</minimax:tool_call>", "ok", "wrapper_tag"),
+    ("closing seed", "ok</seed:tool_call>", "ok", "wrapper_tag"),
+    ("closing longcat", "ok</longcat_tool_call>", "ok", "wrapper_tag"),
+    ("closing nemotron", "ok</TOOLCALL>", "ok", "wrapper_tag"),
+    ("minimax arrow close", "ok[/TOOL_CALL]", "ok", "special_token"),
 ]
 
 

@@ -11,8 +11,9 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
   ``<|channel|>`` / ``<|call|>``, Kimi ``<|tool_calls_section_begin|>``,
   GLM ``<|observation|>``…, up to ``MAX_TOKEN`` characters, no spaces),
   DeepSeek's fullwidth ``<｜…｜>`` tokens, Mistral's ``[TOOL_CALLS]``,
-  ``[ARGS]``, ``[CALL_ID]``…, Gemma's ``<end_of_turn>``, and an unmatched
-  ``</s>``;
+  ``[ARGS]``, ``[CALL_ID]``…, Gemma's ``<end_of_turn>`` and Gemma 4's
+  ``<tool_call|>``, DeepSeek's DSML tags (``</｜DSML｜tool_calls>``), and an
+  unmatched ``</s>``;
 - **unmatched wrapper tags**: a closing ``</tool_call>``, ``</function>``…
   with no opening tag before it in the reply, and an opening one with
   nothing but whitespace after it at the end of the reply;
@@ -66,6 +67,14 @@ WRAPPERS: Final = frozenset(
         "tool_response",
         "tool_use",
         "s",
+        # Family wrappers (streamfix/formats): MiniMax, DeepSeek V4's
+        # wrapper-less invoke, Seed-OSS, LongCat, Nemotron.
+        "invoke",
+        "minimax:tool_call",
+        "minimax:toolcall",
+        "seed:tool_call",
+        "longcat_tool_call",
+        "TOOLCALL",
     }
 )
 #: Bracketed control tokens of Mistral's tokenizers (v3+, tekken).
@@ -83,24 +92,31 @@ BRACKET_TOKENS: Final = frozenset(
         "/INST",
         "SYSTEM_PROMPT",
         "/SYSTEM_PROMPT",
+        "/TOOL_CALL",  # closes MiniMax's arrow block (its opener may be prose)
     }
 )
-#: Bare-word special tokens (Gemma).
-NAMED_TOKENS: Final = frozenset({"end_of_turn", "start_of_turn"})
+#: Bare-word special tokens (Gemma, FunctionGemma).
+NAMED_TOKENS: Final = frozenset(
+    {"end_of_turn", "start_of_turn", "start_function_call", "end_function_call"}
+)
+#: The bars DeepSeek's DSML tags are written with across versions.
+_BAR = r"(?:｜{1,2}|‖|\|)"
 
 _T = str(MAX_TOKEN)
 _CAND = re.compile(
     r"<\|[^\s|<>]{1," + _T + r"}\|>"
     r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
     r"|\[(/?[A-Z_]{2,24})\]"
-    r"|<(/?)([a-z_]{1,16})(?:=[^<>\n]{1," + _T + r"})?>"
+    r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1," + _T + r"}|\|)?>"
+    r"|</" + _BAR + r"DSML" + _BAR + r"[a-z_]{1,24}>"
     r"|`{3,}"
 )
 #: A suffix that could still grow into a candidate (held back).
 _PARTIAL = re.compile(
     r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
     r"|｜[^\s｜<>]{0," + _T + r"}｜?"
-    r"|/?[a-z_]{0,16}(?:=[^<>\n]{0," + _T + r"})?)?\Z"
+    r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0," + _T + r"}|\|)?"
+    r"|/" + _BAR + r"[^\s<>]{0,40})?\Z"
     r"|\[/?[A-Z_]{0,24}\Z"
     r"|`{1,2}\Z"
 )
@@ -237,7 +253,8 @@ class ResidueStripper:
         """What a candidate match is: ``special_token``, ``open``,
         ``close``, or None (ordinary text)."""
         g = m.group()
-        if g[1] in "|｜":
+        if g[1] in "|｜" or g.endswith("|>") or "DSML" in g:
+            # <|token|>, <｜token｜>, Gemma 4's <tool_call|>, a DSML tag
             return "special_token"
         if g[0] == "[":
             return "special_token" if m.group(1) in BRACKET_TOKENS else None
