@@ -688,3 +688,55 @@ async def test_abandoned_stream_frees_its_pool_slot_for_the_other_client() -> No
             await asyncio.wait_for(up.chat_requests[0].ended.wait(), 2)
     assert status == 200 and assemble(data).content == "second"
     assert up.chat_requests[0].disconnected
+
+
+# -- a bug of ours -------------------------------------------------------------------------
+
+
+async def test_internal_error_mid_stream_is_an_error_event_and_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streamfix.session import SSESession
+
+    real = SSESession.feed
+    calls = 0
+
+    def broken(self: SSESession, data: bytes) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("simulated bug")
+        return real(self, data)
+
+    monkeypatch.setattr(SSESession, "feed", broken)
+    async with RawUpstream(held_call_upstream(sse([chunk(" word # ")], done=False))) as up:
+        async with AppServer(proxy_app(up.url)) as px:
+            status, data = await post(px.url, body())
+        await up.closed()
+    assert status == 200
+    err = assert_error_end(data)
+    assert "simulated bug" not in err["message"]  # no internals to the client
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_internal_error_before_the_reply_is_an_openai_500(
+    monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    from streamfix.chain import Chain
+    from streamfix.session import SSESession
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(Chain, "complete", boom)
+    monkeypatch.setattr(SSESession, "__init__", boom)
+    reply = Reply.stream(text_stream(["ok"])) if stream else Reply.json({"choices": []})
+    async with FakeUpstream(reply) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, body(stream))
+        assert up.chat_requests[0].ended.is_set()
+    assert status in (200, 500)
+    if status == 500:
+        err = assert_openai_error(data)
+        assert err["type"] == "internal_error" and "simulated" not in err["message"]
+    else:  # the stream had begun: an error event
+        assert_error_end(data)

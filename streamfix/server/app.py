@@ -797,8 +797,8 @@ class Proxy:
                         # error) as JSON; repaired, then sent as a stream
                         raw = await resp.read()
                         return await self._json_as_stream(up, raw, client, client_body)
+                    session = SSESession(client_body)  # before prepare: fails as a 500
                     await client.prepare(response_headers(resp.headers))
-                    session = SSESession(client_body)
                     reask = await self._pump(up, resp, session, client, att)
                 finally:
                     resp.close()
