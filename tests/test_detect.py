@@ -373,3 +373,41 @@ def test_structured_and_text_calls_together() -> None:
     assert sorted(n for n, _ in a.calls()) == ["lookup_order", "refresh_cache"]
     assert a.finish_reason == "tool_calls"
     assert result(a)[0] == ""
+
+
+MIX = st.sampled_from(
+    [
+        "Hello",
+        " ",
+        "\n",
+        "<tool_call>" + LO + "</tool_call>",
+        '<tool_call>{"name": "nope"}</tool_call>',
+        "<tool_",
+        "lookup_order(order_id='A-1')",
+        "refresh_cache()",
+        "call:refresh_cache{}",
+        "call: me",
+        "```python\nx = 1\n```",
+        '```json\n{"name": "refresh_cache"}\n```',
+        "{",
+        "}",
+        "[",
+        '{"name": "refresh_cache"}',
+        "{{ refresh_cache }}",
+        "<think>",
+        "</think>",
+        "<|tool_result|>",
+        "é🎉",
+        "`",
+    ]
+)
+
+
+@given(st.lists(MIX, max_size=12), st.lists(st.integers(0, 10**6), max_size=10))
+def test_any_mix_is_split_invariant(tokens: list[str], cuts: list[int]) -> None:
+    """Whatever the text, any chunking gives the same result as whole."""
+    from .detectutil import check_byte_cuts
+
+    text = "".join(tokens)
+    check_byte_cuts(text, cuts)
+    check_byte_cuts(text, cuts, finish="length")
