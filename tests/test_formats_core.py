@@ -191,6 +191,18 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "\nCache refreshed.",
         [("refresh_cache", {})],
     ),
+    (
+        "bare-json-after-text-on-its-line",
+        'Let me look that up.\n{"name": "lookup_order", "arguments": {"order_id": "C-3"}}',
+        "Let me look that up.",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-mid-line-is-text",
+        'The call is {"name": "lookup_order", "arguments": {"order_id": "C-3"}} here.',
+        'The call is {"name": "lookup_order", "arguments": {"order_id": "C-3"}} here.',
+        [],
+    ),
     # --- one line of code
     (
         "code-call-json",

@@ -1,12 +1,14 @@
-"""Bare JSON calls as the whole reply: ``{"name": "lookup_order",
-"arguments": {…}}``, a list of them, or the OpenAI shape written as text
-(``{"type": "function", "function": {"name": …, "arguments": "<json>"}}``).
+"""Bare JSON calls: ``{"name": "lookup_order", "arguments": {…}}``, a list
+of them, or the OpenAI shape written as text (``{"type": "function",
+"function": {"name": …, "arguments": "<json>"}}``).
 
-Only at the start of the reply (``leading``), and only ever a candidate:
-JSON that is not call-shaped, or names no offered tool, is text, released
-verbatim. To keep genuine JSON answers flowing, the end finder gives up as
-soon as the first key shows the object is not a call (``{"error": …``),
-instead of holding the whole object to its closing brace.
+As the whole reply, or at the start of a line after some text ("Let me
+look that up.\n{…}", as small models write it), and only ever a
+candidate: JSON that is not call-shaped, names no offered tool or fails
+the tool's schema is text, released verbatim. To keep genuine JSON
+answers flowing, the end finder gives up as soon as the first key shows
+the object is not a call (``{"error": …``), instead of holding the whole
+object to its closing brace.
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def names_an_offered_tool(region: str, tools: Mapping[str, ToolSpec]) -> bool:
 
 class BareJson(Format):
     name = "bare_json"
+    markers = ("{", "[")
     leading = ("{", "[")
+    line_start = True
     wrapped = False
     priority = 50
 

@@ -54,6 +54,7 @@ def pythonic_calls(text: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | 
 
 class Pythonic(Format):
     name = "pythonic"
+    markers = ("[",)
     leading = ("[",)
     wrapped = False
     line_start = True
