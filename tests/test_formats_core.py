@@ -74,6 +74,13 @@ CASES: list[tuple[str, str, str, Calls]] = [
         [("refresh_cache", {}), ("lookup_order", LO)],
     ),
     (
+        "hermes-first-closing-tag-forgotten",
+        '<tool_call>{"name": "refresh_cache"}\n<tool_call>{"name": "lookup_order", '
+        '"arguments": {"order_id": "A-1001"}}</tool_call>',
+        "",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    (
         "function-call-tag",
         '<function_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}'
         "</function_call>",

@@ -69,7 +69,15 @@ class _Tags(Format):
                     if body[end + len(close) :].strip():
                         return None
                     body = body[:end]
-                return json_calls(body)
+                # A model that forgot to close one call before opening the
+                # next: <tool_call>{…}\n<tool_call>{…}</tool_call>.
+                calls: list[RawCall] = []
+                for part in body.split(tag):
+                    got = json_calls(part.replace(close, ""))
+                    if got is None:
+                        return None
+                    calls.extend(got)
+                return calls or None
         return None
 
 
