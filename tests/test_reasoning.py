@@ -98,3 +98,22 @@ def test_upstream_reasoning_kept_and_appended() -> None:
     )
     a, _ = run_parts([data])
     assert (a.content, a.reasoning) == ("text", "upstream thoughts. more")
+
+
+def test_non_streaming_is_the_same() -> None:
+    import streamfix
+
+    text = "Plan: look it up.</think>\n" + CALL
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
+    out = streamfix.fix_completion(completion, SHAPES_REQUEST)
+    msg = out["choices"][0]["message"]
+    assert msg["reasoning_content"] == "Plan: look it up."
+    assert not msg.get("content")
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["lookup_order"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
