@@ -20,8 +20,10 @@ the request did not offer is (default: ``wrapped``): tags such as
 ``<tools>`` hold prose too, so a parse failure there is text, but a call
 to an unknown tool inside them is still markup.
 
-``priority`` orders the formats (lower first, then by name): the registry
-tries the parsers of formats sharing a marker in that order.
+``priority`` orders the formats (lower first, then by name; default 100,
+the core shapes use 10-90): the registry tries the parsers of formats
+sharing a marker in that order, and the first one's ``end_finder`` is used.
+``line_start`` makes the markers count only at the start of a line.
 
 Optional hooks with defaults: ``partial_is_call(region, tools)`` decides
 whether an unfinished region at a ``length`` cut-off was a call (then it is
@@ -32,7 +34,10 @@ asked for when an end finder returns ``OPAQUE`` (a code fence in another
 language: the region and everything up to the finder's end is plain text
 that is not searched for calls).
 
-Helpers for formats whose calls are JSON objects: ``calls_from_value``.
+Helpers: ``calls_from_value`` / ``call_from_object`` (calls written as
+JSON objects, any key order, ``arguments``/``parameters``, the OpenAI
+shape), ``resolve_name`` (``functions.x``, ``ns:x``, ``x:0`` -> ``x``; the
+detector applies it to every name a parser returns).
 
 Formats that share a marker (``<tool_call>`` opens Hermes JSON, Qwen3-Coder
 XML and GLM calls) must share its end rule; the registry tries their
