@@ -411,3 +411,21 @@ def test_any_mix_is_split_invariant(tokens: list[str], cuts: list[int]) -> None:
     text = "".join(tokens)
     check_byte_cuts(text, cuts)
     check_byte_cuts(text, cuts, finish="length")
+
+
+@pytest.mark.parametrize(
+    "opening", ["```python\n", "```\nls -la", '```json\n{"port": 1', "```html\n<div>"]
+)
+def test_code_fence_is_released_as_it_streams(opening: str) -> None:
+    """A fence that cannot hold a call is opaque: released at once, and
+    not searched (a call-looking line inside stays text)."""
+    d = detector()
+    d.feed(Delta(content="Here:\n"))
+    released = ""
+    for piece in [opening, "\n", "lookup_order(order_id='A-1')\n", "x = 1\n"]:
+        dl = Delta(content=piece)
+        d.feed(dl)
+        released += dl.content or ""
+    assert released.startswith("\n" + opening)  # the blank line was held
+    assert "lookup_order(order_id='A-1')\n" in released
+    assert not d.in_region

@@ -67,6 +67,7 @@ CORPUS: list[str] = [
     # fences in other languages and plain code
     '```bash\ncurl -X POST https://api/x -d \'{"name": "lookup_order"}\'\n```',
     "```\nplain block without language\n```",
+    "```\nls -la\ncat notes.txt\n```\nThat lists the files.",
     "Inline ``` triple backticks ``` in a sentence.",
     "```html\n<tool_call>not really</tool_call>\n```",
     # text with brackets and braces mid-sentence

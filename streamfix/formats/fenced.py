@@ -100,7 +100,17 @@ class FenceFinder:
             return False  # an empty block
         if self._lang in ("json", "jsonc", "xml"):
             return False
-        return c.isalpha() or c == "_"
+        # A name, then "(" (a code call, print(...)), ":" (call:…) or "["
+        # (functools[…]); anything else is code or prose: opaque at once.
+        m = _LEAD_NAME.match(s)
+        if m is None:
+            return False
+        if m.end() == len(s):
+            return None if m.end() < INFO_MAX else False
+        return s[m.end()] in "(:["
+
+
+_LEAD_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 class Fenced(Format):
