@@ -117,3 +117,16 @@ def test_non_streaming_is_the_same() -> None:
     assert not msg.get("content")
     assert [c["function"]["name"] for c in msg["tool_calls"]] == ["lookup_order"]
     assert out["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_hold_can_be_switched_off_by_an_option() -> None:
+    class Opts:
+        unopened_reasoning_hold = 0
+
+    ctx = Context.of(SHAPES_REQUEST, {})
+    ctx.options = Opts()  # type: ignore[assignment]
+    sp = ReasoningSplitter(ctx)
+    assert sp.feed_text("Straight to the answer")
+    d = Delta(content="still text</think>")
+    sp.feed(d)
+    assert d.content == "still text</think>"

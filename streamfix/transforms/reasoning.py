@@ -54,11 +54,14 @@ def _partial(s: str, tag: str) -> int:
 class ReasoningSplitter:
     """Moves ``<think>…</think>`` from content to reasoning (module doc)."""
 
-    __slots__ = ("_held", "_searched", "_state", "ctx")
+    __slots__ = ("_held", "_hold_max", "_searched", "_state", "ctx")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._state = _START
+        #: ``Options.unopened_reasoning_hold`` when the options have it (0:
+        #: never look for an unopened section), else ``UNOPENED_HOLD``.
+        self._hold_max: int = getattr(ctx.options, "unopened_reasoning_hold", UNOPENED_HOLD)
+        self._state = _START if self._hold_max > 0 else _TEXT
         self._held = ""
         self._searched = 0  # START: how far ``_held`` has been searched
 
@@ -104,7 +107,7 @@ class ReasoningSplitter:
         o = s.find(OPEN, lo)
         c = s.find(CLOSE, lo)
         first = min(i for i in (o, c) if i >= 0) if o >= 0 or c >= 0 else -1
-        if 0 <= first < UNOPENED_HOLD:
+        if 0 <= first < self._hold_max:
             if first == c:
                 reasoning.append(s[:c])
                 self._state = _TEXT
@@ -112,7 +115,7 @@ class ReasoningSplitter:
             content.append(s[:o])
             self._state = _THINK
             return s[o + len(OPEN) :]
-        if final or first >= 0 or len(s) >= UNOPENED_HOLD + len(CLOSE):
+        if final or first >= 0 or len(s) >= self._hold_max + len(CLOSE):
             self._state = _TEXT
             self._searched = 0
             return s
