@@ -58,6 +58,7 @@ from ..context import Context, Report, tools_of
 from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
+from ..transforms.detect import matcher_for
 from .budget import BudgetPolicy, clamp_request, engine_fields, probe_upstream, window_from_error
 from .config import ServerConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -88,6 +89,13 @@ PROBE_CONNECTIONS = 4
 
 #: How long start-up waits for the first context-window probes.
 PROBE_STARTUP_WAIT = 3.0
+
+#: Most tools one request may offer, and longest tool name (characters).
+#: The detector builds one matcher per distinct set of tool names (about
+#: 5 ms of CPU per 64-character name, measured) and recurses once per
+#: character of a name. OpenAI's own limits are 128 tools and 64 characters.
+MAX_TOOLS = 512
+MAX_TOOL_NAME_CHARS = 256
 
 _KEEPALIVE = b": keep-alive\n\n"
 
@@ -253,6 +261,8 @@ def validate_chat(body: Any) -> dict[str, Any]:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise RequestError("'tools' must be an array", param="tools")
+    if tools is not None and len(tools) > MAX_TOOLS:
+        raise RequestError(f"at most {MAX_TOOLS} tools per request", param="tools")
     for i, t in enumerate(tools or ()):
         # Function tools only: other tool types are the upstream's business.
         if not isinstance(t, dict):
@@ -264,6 +274,11 @@ def validate_chat(body: Any) -> dict[str, Any]:
             raise RequestError(
                 f"tools[{i}].function must be an object with a non-empty 'name'",
                 param=f"tools[{i}].function",
+            )
+        if len(fn["name"]) > MAX_TOOL_NAME_CHARS:
+            raise RequestError(
+                f"tools[{i}].function.name is longer than {MAX_TOOL_NAME_CHARS} characters",
+                param=f"tools[{i}].function.name",
             )
         if "parameters" in fn and not isinstance(fn["parameters"], dict | None):
             raise RequestError(
@@ -671,6 +686,11 @@ class Proxy:
             self._count("chat", False, 400)
             raise
         stream = body.get("stream") is True
+        tools = tools_of(body)
+        if tools:
+            # The detector's matcher for a new set of tool names costs CPU
+            # (see MAX_TOOLS); built in a thread, other streams keep going.
+            await asyncio.to_thread(matcher_for, tools)
         soft = (
             self.cfg.required == "soft"
             and body.get("tool_choice") == "required"
