@@ -58,7 +58,7 @@ from ..context import Context, Report, tools_of
 from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
-from ..transforms.detect import matcher_for
+from ..transforms.detect import MATCHER_CACHE, matcher_for
 from .budget import BudgetPolicy, clamp_request, engine_fields, probe_upstream, window_from_error
 from .config import ServerConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -393,6 +393,9 @@ class Proxy:
         self._client: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(config.pool_limit)
         self._probe_task: asyncio.Task[None] | None = None
+        #: Tool-name sets whose detector matcher was built (at most as many
+        #: as the detector caches): those skip the thread.
+        self._matchers_built: set[tuple[str, ...]] = set()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -690,7 +693,12 @@ class Proxy:
         if tools:
             # The detector's matcher for a new set of tool names costs CPU
             # (see MAX_TOOLS); built in a thread, other streams keep going.
-            await asyncio.to_thread(matcher_for, tools)
+            key = tuple(sorted(tools))
+            if key not in self._matchers_built:
+                await asyncio.to_thread(matcher_for, tools)
+                if len(self._matchers_built) >= MATCHER_CACHE:
+                    self._matchers_built.clear()
+                self._matchers_built.add(key)
         soft = (
             self.cfg.required == "soft"
             and body.get("tool_choice") == "required"
