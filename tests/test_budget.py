@@ -711,3 +711,80 @@ def test_engine_fields(engine: str | None, body: dict[str, Any], expected: dict[
     before = copy.deepcopy(body)
     assert engine_fields(body, UpstreamInfo(32768, engine)) == expected
     assert body == before
+
+
+# -- fitting a prompt that cannot fit ---------------------------------------------
+
+
+def test_prompt_size_read_from_overflow_errors() -> None:
+    from streamfix.server.budget import prompt_tokens_from_error
+
+    capture = (CAPTURES / "h_ctx_overflow_nostream.json").read_bytes()
+    assert prompt_tokens_from_error(capture) == 2731
+    vllm = {
+        "error": {
+            "message": "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens."
+        }
+    }
+    assert prompt_tokens_from_error(vllm) == 5000
+    assert prompt_tokens_from_error({"error": {"message": "rate limited"}}) is None
+
+
+def _conversation(n_turns: int, words: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(n_turns):
+        msgs.append({"role": "user", "content": f"question {i} " + "word " * words})
+        msgs.append({"role": "assistant", "content": f"answer {i}"})
+    msgs.append({"role": "user", "content": "And now?"})
+    return msgs
+
+
+def test_fit_prompt_drops_the_oldest_turns_first() -> None:
+    from streamfix.server.budget import estimate_prompt_tokens, fit_prompt
+
+    policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
+    body = {"messages": _conversation(10, 200)}
+    out, info = fit_prompt(body, 1024, policy)
+    assert info is not None and info["dropped_messages"] > 0 and info["truncated_chars"] == 0
+    msgs = out["messages"]
+    assert msgs[0] == {"role": "system", "content": "Be brief."}  # kept
+    assert msgs[-1] == {"role": "user", "content": "And now?"}  # kept
+    assert msgs[1]["role"] == "user"  # whole turns dropped: no orphan answers
+    assert estimate_prompt_tokens(out) <= 1024 - 256 - 64
+    # the newest turns are the ones kept
+    assert msgs[-3]["content"].startswith("question 9 ")
+    assert body["messages"][1]["content"].startswith("question 0 ")  # input unchanged
+
+
+def test_fit_prompt_cuts_the_middle_of_a_message_too_long_alone() -> None:
+    from streamfix.server.budget import TRIM_MARK, estimate_prompt_tokens, fit_prompt
+
+    policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
+    text = "HEAD " + "The quick brown fox jumps over the lazy dog. " * 300 + " TAIL"
+    out, info = fit_prompt({"messages": [{"role": "user", "content": text}]}, 2048, policy)
+    assert info is not None and info["truncated_chars"] > 0
+    new = out["messages"][0]["content"]
+    assert new.startswith("HEAD ") and new.endswith(" TAIL") and TRIM_MARK in new
+    assert estimate_prompt_tokens(out) <= 2048 - 256 - 64
+
+
+def test_fit_prompt_leaves_a_prompt_that_fits_alone() -> None:
+    from streamfix.server.budget import fit_prompt
+
+    body = {"messages": _conversation(2, 10)}
+    assert fit_prompt(body, 32768, BudgetPolicy()) == (body, None)
+    # Not known to overflow, and not even the floor would be short: untouched.
+    policy = BudgetPolicy(output_reservation=1024, safety_margin=64, floor=64)
+    near = {"messages": _conversation(4, 200)}
+    assert fit_prompt(near, 1400, policy, known_over=False)[1] is None
+    assert fit_prompt(near, 1400, policy, known_over=True)[1] is not None
+
+
+def test_fit_prompt_scale_calibrates_the_estimate() -> None:
+    from streamfix.server.budget import fit_prompt
+
+    policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
+    body = {"messages": _conversation(6, 100)}
+    _, plain = fit_prompt(body, 2048, policy)
+    _, doubled = fit_prompt(body, 2048, policy, scale=2.0)
+    assert plain is None and doubled is not None

@@ -440,6 +440,81 @@ async def test_context_length_exceeded_learns_window_and_asks_again(stream: bool
     assert health["upstreams"][0]["window"] == 2048
 
 
+def _llama_overflow_error() -> Reply:
+    return Reply.json(
+        {
+            "error": {
+                "message": LLAMA_OVERFLOW,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+        status=400,
+    )
+
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 260
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_prompt_longer_than_the_window_is_trimmed_and_asked_again(stream: bool) -> None:
+    """llama-cpp-python refuses a prompt that alone exceeds the window (HTTP
+    400 when not streamed; an empty HTTP 200 when streamed, from which
+    nothing can be learned, so streamfix asks once more, not streamed and
+    for one token, to read the 400). The oldest turn is dropped and the
+    request asked again: the client sees a reply, not the overflow."""
+    ok = Reply.stream(text_stream(["ok"])) if stream else Reply.json(completion("ok"))
+    replies = (
+        [Reply.empty(), _llama_overflow_error(), ok] if stream else [_llama_overflow_error(), ok]
+    )
+    messages = [
+        {"role": "user", "content": LONG},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Say hello."},
+    ]
+    async with FakeUpstream() as up:
+        up.push(*replies)
+        async with AppServer(proxy_app(up.url)) as px:
+            status, _, data = await post(px.url, {**body(stream=stream), "messages": messages})
+    assert status == 200
+    if stream:
+        assert assemble(data).content == "ok" and not assemble(data).errors
+        probe = up.chat_requests[1].body
+        assert probe["stream"] is False and probe["max_tokens"] == 1
+    else:
+        assert orjson.loads(data)["choices"][0]["message"]["content"] == "ok"
+    last = up.chat_requests[-1].body
+    assert last["messages"] == [{"role": "user", "content": "Say hello."}]
+
+
+async def test_an_empty_stream_that_is_not_an_overflow_is_an_error() -> None:
+    async with FakeUpstream() as up:
+        up.push(Reply.empty(), Reply.error(400, "tool mode not supported"))
+        async with AppServer(proxy_app(up.url)) as px:
+            status, _, data = await post(px.url, body(stream=True))
+    assert status == 200
+    a = assemble(data)
+    assert a.errors and "empty stream" in a.errors[0]["message"]
+    assert not a.done and len(up.chat_requests) == 2
+
+
+async def test_unopened_reasoning_is_learned_then_split() -> None:
+    """A model whose template opened ``<think>`` in the prompt sends only
+    ``</think>``. For an upstream not known to reason, the reply is not held
+    (no delay): the stray tag is stripped and the upstream is marked as
+    reasoning; from then on the start of its replies is held and split."""
+    reply = text_stream(["Let me ", "check.</think>", "It is 4."])
+    async with FakeUpstream() as up:
+        up.push(Reply.stream(reply), Reply.stream(reply))
+        async with AppServer(proxy_app(up.url)) as px:
+            _, _, first = await post(px.url, {**TOOLS_BODY, "stream": True})
+            _, _, second = await post(px.url, {**TOOLS_BODY, "stream": True})
+    a, b = assemble(first), assemble(second)
+    assert (a.content, a.reasoning) == ("Let me check.It is 4.", "")
+    assert (b.content, b.reasoning) == ("It is 4.", "Let me check.")
+
+
 async def test_reasoning_reply_marks_the_upstream() -> None:
     raw = sse([chunk(role="assistant"), chunk(reasoning="hmm"), chunk("ok"), chunk(finish="stop")])
     async with (

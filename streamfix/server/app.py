@@ -54,12 +54,21 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..chain import Chain
-from ..context import Context, Report, tools_of
+from ..context import UNOPENED_HOLD, Context, Report, tools_of
 from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
 from ..transforms.detect import MATCHER_CACHE, matcher_for
-from .budget import BudgetPolicy, clamp_request, engine_fields, probe_upstream, window_from_error
+from .budget import (
+    BudgetPolicy,
+    clamp_request,
+    engine_fields,
+    estimate_prompt_tokens,
+    fit_prompt,
+    probe_upstream,
+    prompt_tokens_from_error,
+    window_from_error,
+)
 from .config import ServerConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .upstreams import (
@@ -237,7 +246,7 @@ class _ClientStream:
 class _Attempt:
     """What one request's successive upstream attempts share."""
 
-    __slots__ = ("body", "done", "reasks", "soft", "stream")
+    __slots__ = ("body", "done", "reasks", "soft", "stream", "tail")
 
     def __init__(self, body: dict[str, Any], soft: bool, stream: bool) -> None:
         self.body = body  # sent upstream (before the per-upstream budget)
@@ -245,6 +254,17 @@ class _Attempt:
         self.stream = stream
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
+        #: The end of a reply kept while the proxy looks into why it was
+        #: empty (see ``Proxy._diagnose_empty``).
+        self.tail = b""
+
+
+def chain_options(up: Upstream) -> dict[str, Any]:
+    """The chain's options for a reply from ``up``: an upstream known to
+    reason (configured, or seen reasoning) gets the start of its replies
+    held for a reasoning section whose ``<think>`` the prompt opened; for
+    others the request decides (``Options.unopened_reasoning_hold``)."""
+    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
 
 
 def validate_chat(body: Any) -> dict[str, Any]:
@@ -578,6 +598,8 @@ class Proxy:
         path: str,
         request: web.Request,
         body_for: Callable[[Upstream], bytes | None],
+        order: list[Upstream] | None = None,
+        retries: int | None = None,
     ) -> tuple[Upstream, aiohttp.ClientResponse]:
         forward_auth = not self._api_keys
 
@@ -594,10 +616,11 @@ class Proxy:
             path,
             body_for=body_for,
             headers_for=headers_for,
-            retries=self.cfg.retries,
+            retries=self.cfg.retries if retries is None else retries,
             backoff=self.cfg.backoff,
             timeout=self.timeout,
             on_error=self._upstream_error,
+            order=order,
         )
 
     def _failure_response(self, f: UpstreamFailure) -> web.Response:
@@ -616,6 +639,11 @@ class Proxy:
     def _budgeted(self, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
         """The body for ``up``: max_tokens clamped to its window, engine
         fields added. ``sent`` receives the final body and clamp info."""
+        base, trim = fit_prompt(
+            base, up.window, self.policy, scale=up.token_scale, known_over=False
+        )
+        if trim is not None:
+            self._trimmed(up, trim)
         body, clamp = clamp_request(base, up.window, self.policy, reasoning=up.info.reasoning)
         extra = engine_fields(body, up.info)
         if extra:
@@ -626,6 +654,10 @@ class Proxy:
 
     def _body_fn(self, base: dict[str, Any], sent: dict[str, Any]) -> Callable[[Upstream], bytes]:
         return lambda up: self._budgeted(base, up, sent)
+
+    def _trimmed(self, up: Upstream, info: dict[str, Any]) -> None:
+        self.metrics.prompt_trims.inc()
+        log.info("prompt trimmed for %s: %s", up.name, info)
 
     def _record(self, up: Upstream, sent: dict[str, Any]) -> None:
         if sent.get("clamp"):
@@ -658,15 +690,25 @@ class Proxy:
         and say whether to ask again (once)."""
         if b"context_length_exceeded" not in raw or "context" in att.done:
             return False
-        window = window_from_error(raw)
-        if window is None:  # an error event inside a 200 stream
+        error: bytes = raw
+        if window_from_error(raw) is None:  # an error event inside a 200 stream
             for line in raw.split(b"\n"):
                 if line.startswith(b"data:") and b"context_length_exceeded" in line:
-                    window = window_from_error(line[5:].strip())
+                    error = line[5:].strip()
                     break
+        window = window_from_error(error)
         if window is None or att.reasks >= self.cfg.max_reasks:
             return False
         up.learn_window(window)
+        prompt = prompt_tokens_from_error(error)
+        estimate = estimate_prompt_tokens(att.body)
+        if prompt and estimate:
+            up.token_scale = prompt / estimate
+        # The prompt itself may be what does not fit: clamping the reply
+        # alone cannot help then (llama.cpp lowers max_tokens by itself).
+        att.body, trim = fit_prompt(att.body, window, self.policy, scale=up.token_scale)
+        if trim is not None:
+            self._trimmed(up, trim)
         att.reasks += 1
         att.done.add("context")
         self.metrics.reasks.labels("context").inc()
@@ -761,7 +803,7 @@ class Proxy:
                     f"upstream {up.name} sent a reply that is not a JSON object",
                     "upstream_protocol_error",
                 )
-            ctx = Context.of(client_body, {})
+            ctx = Context.of(client_body, chain_options(up))
             t0 = time.perf_counter()
             fixed = Chain(ctx).complete(obj)
             self.metrics.chunk_seconds.observe(time.perf_counter() - t0)
@@ -825,12 +867,21 @@ class Proxy:
                         # error) as JSON; repaired, then sent as a stream
                         raw = await resp.read()
                         return await self._json_as_stream(up, raw, client, client_body)
-                    session = SSESession(client_body)  # before prepare: fails as a 500
+                    # before prepare: fails as a 500
+                    session = SSESession(client_body, **chain_options(up))
                     await client.prepare(response_headers(resp.headers))
                     reask = await self._pump(up, resp, session, client, att)
                 finally:
                     resp.close()
                 if reask is None:
+                    return client.response
+                if reask == "empty_stream":
+                    if await self._diagnose_empty(request, up, att):
+                        client.discard()
+                        continue
+                    await client.commit()
+                    if att.tail:
+                        await client.write(att.tail)
                     return client.response
                 log.info("asking %s again: %s", up.name, reask)
                 client.discard()
@@ -859,7 +910,7 @@ class Proxy:
             return json_error(
                 502, f"upstream {up.name} sent JSON that is not a completion", "upstream_error"
             )
-        ctx = Context.of(client_body, {})
+        ctx = Context.of(client_body, chain_options(up))
         fixed = Chain(ctx).complete(obj)
         self.metrics.count_report(ctx.report.counts)
         await client.prepare(CIMultiDict())
@@ -951,10 +1002,49 @@ class Proxy:
             reason = self._reask_reason(att, session.report, chain.calls_emitted)
             if reason is not None:
                 return None if client.gone() else reason
+        if (
+            not got_data
+            and not client.committed
+            and "context" not in att.done
+            and att.reasks < self.cfg.max_reasks
+        ):
+            att.tail = tail
+            return "empty_stream"
         await client.commit()
         if tail:
             await client.write(tail)
         return None
+
+    async def _diagnose_empty(self, request: web.Request, up: Upstream, att: _Attempt) -> bool:
+        """An HTTP 200 stream with an empty body: llama.cpp's answer when the
+        prompt does not fit its window (no error, nothing to learn from).
+        Ask the same upstream the same thing, not streamed and for one token:
+        a ``context_length_exceeded`` there states the window and the
+        prompt's size, and the request can be fitted and asked again.
+        Returns True when it was."""
+        probe = {k: v for k, v in att.body.items() if k not in ("stream_options",)}
+        probe.update(stream=False, max_tokens=1)
+        probe.pop("max_completion_tokens", None)
+        try:
+            _, resp = await self._send(
+                "POST",
+                "/chat/completions",
+                request,
+                lambda u: orjson.dumps(probe),
+                order=[up],
+                retries=0,
+            )
+        except UpstreamFailure:
+            return False
+        try:
+            if resp.status != 400:
+                return False
+            raw = await resp.content.read(ERROR_BODY_BYTES)
+        except (TimeoutError, aiohttp.ClientError):
+            return False
+        finally:
+            resp.close()
+        return await self._context_exceeded(up, att, raw)
 
 
 PROXY = web.AppKey("streamfix_proxy", Proxy)

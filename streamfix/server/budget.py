@@ -343,14 +343,8 @@ _WINDOW_PATTERNS = re.compile(
 )
 
 
-def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
-    """The context window stated by an upstream's overflow error, or None.
-
-    ``body`` is the error response (raw bytes, text, or decoded JSON). A
-    structured field wins (llama.cpp sends ``error.n_ctx``); otherwise the
-    message is matched against each engine's wording. Bodies that are not a
-    context-overflow error give None.
-    """
+def _error_texts(body: bytes | str | dict[str, Any]) -> tuple[Any, list[str]]:
+    """An error body decoded, and the message texts it carries."""
     obj: Any = body
     if isinstance(body, bytes | str):
         try:
@@ -361,9 +355,6 @@ def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
-            structured = err.get("n_ctx")
-            if structured is not None and (n := _valid_window(structured)):
-                return n
             for key in ("message", "detail", "msg"):
                 if isinstance(err.get(key), str):
                     texts.append(err[key])
@@ -374,6 +365,45 @@ def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
                 texts.append(obj[key])
     elif isinstance(obj, str):
         texts.append(obj)
+    return obj, texts
+
+
+#: How engines state the prompt's own size in an overflow error:
+#: llama-cpp-python / OpenAI "(2731 in the messages, 20 in the completion)",
+#: vLLM "your request has 2731 input tokens", others "2731 tokens in the prompt".
+_PROMPT_PATTERNS = re.compile(
+    r"\((\d+) in the messages"
+    r"|request has (\d+) (?:input|prompt) tokens"
+    r"|(\d+) (?:input |prompt )?tokens (?:in|of) the (?:prompt|messages|input)",
+    re.IGNORECASE,
+)
+
+
+def prompt_tokens_from_error(body: bytes | str | dict[str, Any]) -> int | None:
+    """The prompt's size in tokens as an overflow error states it, or None."""
+    _, texts = _error_texts(body)
+    for text in texts:
+        m = _PROMPT_PATTERNS.search(text)
+        if m:
+            return int(next(g for g in m.groups() if g is not None))
+    return None
+
+
+def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
+    """The context window stated by an upstream's overflow error, or None.
+
+    ``body`` is the error response (raw bytes, text, or decoded JSON). A
+    structured field wins (llama.cpp sends ``error.n_ctx``); otherwise the
+    message is matched against each engine's wording. Bodies that are not a
+    context-overflow error give None.
+    """
+    obj, texts = _error_texts(body)
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            structured = err.get("n_ctx")
+            if structured is not None and (n := _valid_window(structured)):
+                return n
     for text in texts:
         m = _WINDOW_PATTERNS.search(text)
         if m:
@@ -551,6 +581,107 @@ def clamp_request(
         # may be short (or the upstream may refuse); say so in the metrics.
         info["prompt_over_budget"] = True
     return {**body, **changes}, info
+
+
+def _turns(messages: list[Any]) -> list[list[int]]:
+    """Indexes of the non-system messages, grouped into turns: a turn starts
+    at a user message and holds the assistant and tool messages after it,
+    so dropping a turn never leaves a tool result without its call."""
+    turns: list[list[int]] = []
+    for i, msg in enumerate(messages):
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role in ("system", "developer"):
+            continue
+        if role == "user" or not turns:
+            turns.append([i])
+        else:
+            turns[-1].append(i)
+    return turns
+
+
+#: What replaces the middle of a message too long to fit on its own.
+TRIM_MARK = "\n[… trimmed by streamfix to fit the model's context window …]\n"
+
+
+def fit_prompt(
+    body: dict[str, Any],
+    window: int | None,
+    policy: BudgetPolicy,
+    *,
+    scale: float = 1.0,
+    known_over: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Make a prompt that cannot fit the window fit it, losing as little as
+    possible.
+
+    Used only when the prompt is known not to fit: the upstream refused it
+    (``context_length_exceeded``: ``known_over``), or (``known_over=False``)
+    the prompt's estimate times ``scale`` (the upstream's own count over our
+    estimate, learned from such an error) exceeds ``window − floor −
+    safety_margin``, so that not even the smallest reply would fit.
+    The target is ``input_budget = window − output_reservation −
+    safety_margin`` (at least ``floor``). The oldest turns go first (system
+    messages and the last turn are kept); if the last turn alone is still too
+    long, the middle of its longest text is cut, head and tail kept, marked
+    with ``TRIM_MARK``. Returns ``(body, info)``; ``info`` is None when
+    nothing changed (the argument is never modified).
+    """
+    messages = body.get("messages")
+    if not window or not isinstance(messages, list) or not messages:
+        return body, None
+    budget = max(policy.floor, window - policy.output_reservation - policy.safety_margin)
+
+    def cost(msgs: list[Any]) -> float:
+        return estimate_prompt_tokens({**body, "messages": msgs}) * scale
+
+    before = cost(messages)
+    if before <= budget or (
+        not known_over and before <= window - policy.floor - policy.safety_margin
+    ):
+        return body, None
+    keep = set(range(len(messages)))
+    turns = _turns(messages)
+    dropped = 0
+    for turn in turns[:-1]:
+        if cost([messages[i] for i in sorted(keep)]) <= budget:
+            break
+        keep.difference_update(turn)
+        dropped += len(turn)
+    out = [messages[i] for i in sorted(keep)]
+    truncated = 0
+    over = cost(out) - budget
+    if over > 0:
+        # The longest string content among the kept non-system messages.
+        best = -1
+        for j, msg in enumerate(out):
+            if (
+                isinstance(msg, dict)
+                and msg.get("role") not in ("system", "developer")
+                and isinstance(msg.get("content"), str)
+                and (best < 0 or len(msg["content"]) > len(out[best]["content"]))
+            ):
+                best = j
+        if best >= 0:
+            text: str = out[best]["content"]
+            # Characters to remove: tokens over budget, at the estimate's
+            # own rate, plus the mark and a little slack.
+            remove = min(len(text), int(over / scale * CHARS_PER_TOKEN) + len(TRIM_MARK) + 16)
+            head = (len(text) - remove) // 2
+            tail = len(text) - remove - head
+            new_text = text[:head] + TRIM_MARK + (text[len(text) - tail :] if tail else "")
+            out[best] = {**out[best], "content": new_text}
+            truncated = len(text) - head - tail
+    if not dropped and not truncated:
+        return body, None
+    info = {
+        "action": "trimmed",
+        "window": window,
+        "input_budget": budget,
+        "prompt_estimate": round(before),
+        "dropped_messages": dropped,
+        "truncated_chars": truncated,
+    }
+    return {**body, "messages": out}, info
 
 
 # --------------------------------------------------------------------------

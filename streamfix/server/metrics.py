@@ -100,6 +100,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.prompt_trims = Counter(
+            "streamfix_prompt_trims",
+            "Prompts that could not fit the context window, trimmed (oldest turns first).",
+            registry=r,
+        )
         self.clamps = Counter(
             "streamfix_clamps",
             "Requests whose max_tokens was clamped to fit the context window.",

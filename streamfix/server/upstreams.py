@@ -64,13 +64,16 @@ ERROR_BODY_BYTES = 64 * 1024
 class Upstream:
     """One configured upstream and what is known about it."""
 
-    __slots__ = ("cfg", "failures", "info", "rested_until")
+    __slots__ = ("cfg", "failures", "info", "rested_until", "token_scale")
 
     def __init__(self, cfg: UpstreamConfig) -> None:
         self.cfg = cfg
         self.info = UpstreamInfo(window=cfg.window, engine=None, reasoning=cfg.reasoning)
         self.rested_until = 0.0
         self.failures = 0
+        #: The upstream's own prompt token count over our estimate, learned
+        #: from an overflow error that states it (1.0 until then).
+        self.token_scale = 1.0
 
     @property
     def name(self) -> str:
