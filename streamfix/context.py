@@ -10,9 +10,14 @@ Both are plain data; nothing here does I/O.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Characters of the start of a reply held while it may be an unopened
+#: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
+UNOPENED_HOLD = 2048
 
 #: Unrecognised-markup samples kept per stream; each is at most
 #: ``SAMPLE_CHARS`` long. Enough to show the next shape to a maintainer,
@@ -47,6 +52,14 @@ class Options:
     #: past it is not a call anyone can use: it is released/stripped as the
     #: detector documents, and counted.
     max_call_chars: int = 256 * 1024
+    #: How much of the start of a reply the reasoning splitter holds while
+    #: it may be a reasoning section whose ``<think>`` the prompt opened
+    #: (only a ``</think>`` arrives). Holding delays the first text of every
+    #: reply, so ``None`` (auto) holds ``reasoning.UNOPENED_HOLD`` characters
+    #: only for a request that looks like it goes to a reasoning model (see
+    #: ``looks_like_reasoning``), else nothing; the proxy also holds for an
+    #: upstream it has seen reasoning. An integer sets it (0: never).
+    unopened_reasoning_hold: int | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> Options:
@@ -108,12 +121,40 @@ class Report:
             self.unrecognised.append(text[:SAMPLE_CHARS])
 
 
+#: Model names of families whose chat template opens ``<think>`` in the
+#: prompt, so that a reply may begin inside reasoning (DeepSeek-R1 and its
+#: distills, QwQ, Qwen3 "Thinking" releases, Magistral, EXAONE Deep, Phi-4
+#: reasoning, Olmo 3 Think, and names that say so).
+_REASONING_MODEL = re.compile(
+    r"deepseek-r1|\br1\b|r1-distill|qwq|thinking|reasoning|reasoner|magistral|exaone-deep",
+    re.IGNORECASE,
+)
+
+
+def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
+    """The request asks a model that reasons before answering: a reasoning
+    field (``reasoning_effort``, ``reasoning``, ``thinking``,
+    ``chat_template_kwargs.enable_thinking``) or a reasoning model's name."""
+    if not request:
+        return False
+    if request.get("reasoning_effort") or request.get("reasoning") or request.get("thinking"):
+        return True
+    kwargs = request.get("chat_template_kwargs")
+    if isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True:
+        return True
+    model = request.get("model")
+    return isinstance(model, str) and _REASONING_MODEL.search(model) is not None
+
+
 @dataclass(slots=True)
 class Context:
     tools: dict[str, ToolSpec]
     tool_choice: Any
     options: Options
     report: Report
+    #: Characters the reasoning splitter holds at the start of a reply
+    #: (``Options.unopened_reasoning_hold`` resolved for this request).
+    reasoning_hold: int = 0
 
     @property
     def has_tools(self) -> bool:
@@ -121,9 +162,14 @@ class Context:
 
     @classmethod
     def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
+        opts = Options.of(options)
+        hold = opts.unopened_reasoning_hold
+        if hold is None:
+            hold = UNOPENED_HOLD if looks_like_reasoning(request) else 0
         return cls(
             tools=tools_of(request),
             tool_choice=(request or {}).get("tool_choice"),
-            options=Options.of(options),
+            options=opts,
             report=Report(),
+            reasoning_hold=max(0, hold),
         )

@@ -14,6 +14,10 @@ from streamfix.transforms.reasoning import UNOPENED_HOLD, ReasoningSplitter
 from .detectutil import check_split_invariant, result, run_parts, run_pieces
 from .streamutil import SHAPES_REQUEST, chunk, sse
 
+#: A request to a model whose template opens ``<think>`` in the prompt: the
+#: splitter holds the start of the reply for an unopened section.
+R1_REQUEST = {**SHAPES_REQUEST, "model": "deepseek-r1-distill-qwen-7b"}
+
 CALL = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1"}}</tool_call>'
 A1 = ("lookup_order", {"order_id": "A-1"})
 
@@ -37,7 +41,7 @@ CASES = [
 def test_reasoning_split_at_every_boundary(
     text: str, content: str, reasoning: str, calls: list[tuple[str, dict[str, str]]]
 ) -> None:
-    got = check_split_invariant(text)
+    got = check_split_invariant(text, R1_REQUEST)
     assert got == (content, reasoning, calls, "tool_calls" if calls else "stop")
 
 
@@ -49,7 +53,7 @@ def test_reasoning_any_chunking(case: tuple[str, str, str, list[object]], sizes:
         pieces.append(text[i : i + sizes[k % len(sizes)]])
         i += sizes[k % len(sizes)]
         k += 1
-    assert result(run_pieces(pieces)[0])[:2] == (case[1], case[2])
+    assert result(run_pieces(pieces, R1_REQUEST)[0])[:2] == (case[1], case[2])
 
 
 def test_no_tools_no_split() -> None:
@@ -62,14 +66,15 @@ def test_unopened_hold_is_bounded() -> None:
     long = "word " * (UNOPENED_HOLD // 5 + 50)
     text = long + "</think>after"
     # The closing tag comes after the bound: all of it was content.
-    got = check_split_invariant(text[:300])  # short: decided at the end
+    got = check_split_invariant(text[:300], R1_REQUEST)  # short: decided at the end
     assert got[0] == text[:300]
-    a, _ = run_pieces([text[i : i + 16] for i in range(0, len(text), 16)], repetition=False)
-    assert a.reasoning == "" and a.content.startswith(long[:100])
+    pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
+    a, _ = run_pieces(pieces, R1_REQUEST, repetition=False)
+    assert a.reasoning == "" and a.content == long + "after"  # the stray tag stripped
 
 
 def test_hold_releases_once_the_bound_is_passed() -> None:
-    sp = ReasoningSplitter(Context.of(SHAPES_REQUEST, {}))
+    sp = ReasoningSplitter(Context.of(R1_REQUEST, {}))
     released = ""
     for _ in range(UNOPENED_HOLD // 10 + 5):
         d = Delta(content="abcdefghi ")
@@ -79,7 +84,7 @@ def test_hold_releases_once_the_bound_is_passed() -> None:
 
 
 def test_upstream_reasoning_field_means_no_hold() -> None:
-    sp = ReasoningSplitter(Context.of(SHAPES_REQUEST, {}))
+    sp = ReasoningSplitter(Context.of(R1_REQUEST, {}))
     d = Delta(reasoning="thinking")
     sp.feed(d)
     d = Delta(content="Answer")
@@ -111,7 +116,7 @@ def test_non_streaming_is_the_same() -> None:
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         ],
     }
-    out = streamfix.fix_completion(completion, SHAPES_REQUEST)
+    out = streamfix.fix_completion(completion, R1_REQUEST)
     msg = out["choices"][0]["message"]
     assert msg["reasoning_content"] == "Plan: look it up."
     assert not msg.get("content")
@@ -120,13 +125,36 @@ def test_non_streaming_is_the_same() -> None:
 
 
 def test_hold_can_be_switched_off_by_an_option() -> None:
-    class Opts:
-        unopened_reasoning_hold = 0
-
-    ctx = Context.of(SHAPES_REQUEST, {})
-    ctx.options = Opts()  # type: ignore[assignment]
+    ctx = Context.of(R1_REQUEST, {"unopened_reasoning_hold": 0})
     sp = ReasoningSplitter(ctx)
     assert sp.feed_text("Straight to the answer")
     d = Delta(content="still text</think>")
     sp.feed(d)
-    assert d.content == "still text</think>"
+    # Too late to move the text, but the stray tag is debris, and the
+    # report says the model reasons (the proxy holds for it next time).
+    assert d.content == "still text"
+    assert ctx.report.reasoning and ctx.report.counts["stripped.stray_think"] == 1
+
+
+@pytest.mark.parametrize(
+    ("request_", "hold"),
+    [
+        (SHAPES_REQUEST, 0),  # an ordinary model: no reply is delayed
+        (R1_REQUEST, UNOPENED_HOLD),
+        ({**SHAPES_REQUEST, "model": "Qwen/QwQ-32B"}, UNOPENED_HOLD),
+        ({**SHAPES_REQUEST, "model": "Qwen3-30B-A3B-Thinking-2507"}, UNOPENED_HOLD),
+        ({**SHAPES_REQUEST, "reasoning_effort": "high"}, UNOPENED_HOLD),
+        ({**SHAPES_REQUEST, "chat_template_kwargs": {"enable_thinking": True}}, UNOPENED_HOLD),
+        ({**SHAPES_REQUEST, "chat_template_kwargs": {"enable_thinking": False}}, 0),
+    ],
+)
+def test_hold_only_for_requests_to_reasoning_models(request_: dict[str, object], hold: int) -> None:
+    assert Context.of(request_, {}).reasoning_hold == hold
+    assert Context.of(request_, {"unopened_reasoning_hold": 7}).reasoning_hold == 7
+
+
+def test_an_ordinary_reply_is_not_delayed() -> None:
+    sp = ReasoningSplitter(Context.of(SHAPES_REQUEST, {}))
+    d = Delta(content="The answer")
+    sp.feed(d)
+    assert d.content == "The answer"

@@ -9,9 +9,11 @@ and ``qwen3`` reasoning parsers treat a lone ``</think>`` the same way).
 The tool-tag detector runs after this splitter and only sees ``content``,
 so a call drafted inside reasoning is never lifted.
 
-Because of that second form, the start of a reply is held until it is
+Because of that second form, the start of a reply may be held until it is
 known whether it is reasoning: until a ``<think>`` or ``</think>`` shows,
-at most ``UNOPENED_HOLD`` characters. A ``</think>`` that starts within
+at most ``Context.reasoning_hold`` characters (``UNOPENED_HOLD`` for a
+request to a reasoning model or an upstream known to reason; none
+otherwise, since holding delays every reply's first text). A ``</think>`` that starts within
 that many characters makes all before it reasoning; otherwise the text was
 content all along and is released. The decision depends on positions in
 the text, not on chunking, so the split is the same for any chunking. The
@@ -25,18 +27,19 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
 from ..delta import Delta
 
 OPEN: Final = "<think>"
 CLOSE: Final = "</think>"
 
-#: How much of the start of a reply is held while it may still be an
-#: unopened reasoning section (characters; about 500 tokens). A longer
-#: reasoning section whose ``</think>`` comes later is released as content
-#: (and the residue stripper removes the stray ``</think>``): the cost of
-#: holding every reply longer is paid by every client that streams text.
-UNOPENED_HOLD = 2048
+#: How much of the start of a reply is held, at most, while it may still be
+#: an unopened reasoning section (characters; about 500 tokens). A longer
+#: reasoning section whose ``</think>`` comes later is released as content;
+#: its stray ``</think>`` is then stripped, and the report says the model
+#: reasons (the proxy holds for that upstream from then on).
+UNOPENED_HOLD = CONTEXT_UNOPENED_HOLD
 
 _START, _TEXT, _THINK = 0, 1, 2
 
@@ -58,9 +61,8 @@ class ReasoningSplitter:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        #: ``Options.unopened_reasoning_hold`` when the options have it (0:
-        #: never look for an unopened section), else ``UNOPENED_HOLD``.
-        self._hold_max: int = getattr(ctx.options, "unopened_reasoning_hold", UNOPENED_HOLD)
+        #: 0: never look for an unopened section (see ``Context.reasoning_hold``).
+        self._hold_max = ctx.reasoning_hold
         self._state = _START if self._hold_max > 0 else _TEXT
         self._held = ""
         self._searched = 0  # START: how far ``_held`` has been searched
@@ -136,11 +138,20 @@ class ReasoningSplitter:
 
     def _outside(self, s: str, content: list[str], final: bool) -> str:
         o = s.find(OPEN)
+        c = s.find(CLOSE)
+        if c >= 0 and (o < 0 or c < o):
+            # A ``</think>`` with nothing open: the end of a reasoning section
+            # whose start already went out as content (nothing held). The
+            # tag is debris; the model reasons.
+            content.append(s[:c])
+            self.ctx.report.count("stripped.stray_think")
+            self.ctx.report.reasoning = True
+            return s[c + len(CLOSE) :]
         if o >= 0:
             content.append(s[:o])
             self._state = _THINK
             return s[o + len(OPEN) :]
-        keep = 0 if final else _partial(s, OPEN)
+        keep = 0 if final else max(_partial(s, OPEN), _partial(s, CLOSE))
         content.append(s[: len(s) - keep])
         self._held = s[len(s) - keep :]
         return ""
