@@ -200,6 +200,15 @@ def test_fix_sse_text_around_markers(pieces: list[str], cuts: list[int], finish:
     out = run_sse(split_at(raw, cuts), SHAPES_REQUEST)
     check_stream(out)
     assert assemble(out).done  # a whole upstream stream ends normally
+    # split invariance: the network's chunking changes nothing a client sees
+    assert seen(out) == seen(run_sse(raw, SHAPES_REQUEST))
+
+
+def seen(out: bytes) -> tuple[Any, ...]:
+    """What a client assembles, less the random call ids."""
+    a = assemble(out)
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in a.tool_calls]
+    return a.content, a.reasoning, calls, a.finish_reason, a.done, len(a.errors)
 
 
 @given(texts, st.lists(st.integers(0, 2000), max_size=4))
