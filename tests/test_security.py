@@ -291,6 +291,41 @@ async def test_nothing_in_the_request_chooses_the_upstream() -> None:
     assert len(good.chat_requests) >= 2
 
 
+TRAVERSALS = [
+    b"/v1/models/../../slots",
+    b"/v1/models/..%2F..%2Fslots",
+    b"/v1/models/%2e%2e/%2e%2e/slots",
+    b"/v1/models/%2E%2E%2F%2E%2E%2Fslots",
+    b"/v1/models/x/../../../slots",
+    b"/v1/models/%252e%252e%252f%252e%252e%252fslots",
+    b"/v1/models/%252e%252e/%252e%252e/slots",
+    b"/v1/models/.%2e/.%2e/props",
+    b"/v1/models//slots",
+]
+
+
+async def test_model_path_cannot_reach_other_upstream_endpoints() -> None:
+    # GET /v1/models/{id} is passed on; the id must not climb out of it
+    # (llama.cpp's /slots lists what other users are generating)
+    routes = {
+        "/slots": {"secret": "other users' prompts"},
+        "/props": {"secret": "x"},
+        "/v1/models/Qwen/Qwen3-8B": {"id": "Qwen/Qwen3-8B"},
+        "/v1/models/llama3:8b": {"id": "llama3:8b"},
+    }
+    async with FakeUpstream(routes=routes) as up, AppServer(proxy_app(up.url)) as px:
+        probes = len(up.requests)  # the start-up probes of the engine
+        for target in TRAVERSALS:
+            req = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            out = await raw_http(px.port, req)
+            assert b"secret" not in out, target
+        for model in ("Qwen/Qwen3-8B", "llama3:8b"):
+            status, _, data = await request("GET", f"{px.url}/models/{model}")
+            assert status == 200 and orjson.loads(data)["id"] == model
+    paths = [r.path for r in up.requests[probes:]]
+    assert paths and all(p.startswith("/v1/models/") for p in paths), paths
+
+
 # -- constant-time key check -------------------------------------------------------------------
 
 

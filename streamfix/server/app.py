@@ -46,7 +46,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
@@ -546,7 +546,15 @@ class Proxy:
         return resp
 
     async def models(self, request: web.Request) -> web.StreamResponse:
-        path = request.path[len("/v1") :]
+        model = request.match_info.get("model")
+        path = "/models"
+        if model is not None:
+            # The model id is data, not a path: ``..`` segments (raw or
+            # percent-encoded) would reach any GET endpoint of the upstream
+            # host (llama.cpp's /slots shows other users' prompts).
+            if any(seg in ("", ".", "..") for seg in model.split("/")):
+                raise web.HTTPNotFound(text=f"no model {model!r}")
+            path += "/" + quote(model, safe="/:@")
         async with self._slot():
             try:
                 up, resp = await self._send("GET", path, request, lambda up: None)
