@@ -746,3 +746,28 @@ async def test_internal_error_before_the_reply_is_an_openai_500(
         assert err["type"] == "internal_error" and "simulated" not in err["message"]
     else:  # the stream had begun: an error event
         assert_error_end(data)
+
+
+# -- a reply too large to hold --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["completion", "json_for_stream", "models"])
+async def test_non_streamed_reply_over_the_limit_is_502(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    from streamfix.server import app as app_module
+
+    monkeypatch.setattr(app_module, "MAX_REPLY_BYTES", 100_000)
+    big = {"choices": [{"index": 0, "message": {"content": "x" * 200_000}}]}
+    reply = Reply.json(big)
+    async with (
+        FakeUpstream(reply, routes={"/v1/models": big}) as up,
+        AppServer(proxy_app(up.url, retries=0)) as px,
+    ):
+        if kind == "models":
+            async with aiohttp.ClientSession() as s, s.get(px.url + "/models") as r:
+                status, data = r.status, await r.read()
+        else:
+            status, data = await post(px.url, body(stream=kind == "json_for_stream"))
+    assert status == 502
+    assert "ReplyTooLarge" in assert_openai_error(data)["message"]

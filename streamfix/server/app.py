@@ -99,6 +99,31 @@ PROBE_CONNECTIONS = 4
 #: How long start-up waits for the first context-window probes.
 PROBE_STARTUP_WAIT = 3.0
 
+#: Largest non-streamed upstream reply read into memory (bytes). A whole
+#: completion is kilobytes, megabytes with logprobs; past this the
+#: upstream is broken, and reading on would only grow memory.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+
+
+class ReplyTooLarge(aiohttp.ClientPayloadError):
+    """A non-streamed upstream reply over ``MAX_REPLY_BYTES`` (handled
+    where other payload errors are: a 502 to the client)."""
+
+
+async def read_reply(resp: aiohttp.ClientResponse, limit: int | None = None) -> bytes:
+    """``resp``'s whole body, at most ``limit`` (default ``MAX_REPLY_BYTES``)
+    bytes, else ReplyTooLarge."""
+    limit = MAX_REPLY_BYTES if limit is None else limit
+    parts: list[bytes] = []
+    size = 0
+    async for part in resp.content.iter_any():
+        size += len(part)
+        if size > limit:
+            raise ReplyTooLarge(f"reply larger than {limit} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
 #: Most tools one request may offer, and longest tool name (characters).
 #: The detector builds one matcher per distinct set of tool names (about
 #: 5 ms of CPU per 64-character name, measured) and recurses once per
@@ -561,7 +586,7 @@ class Proxy:
             except UpstreamFailure as f:
                 return self._failure_response(f)
             try:
-                body = await resp.read()
+                body = await read_reply(resp)
                 out = web.Response(
                     status=resp.status, body=body, headers=response_headers(resp.headers)
                 )
@@ -778,7 +803,7 @@ class Proxy:
                 return self._failure_response(f)
             self._record(up, sent)
             try:
-                raw = await resp.read()
+                raw = await read_reply(resp)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
                 self._upstream_error(up, kind)
@@ -873,7 +898,17 @@ class Proxy:
                     if resp.content_type == "application/json":
                         # the upstream ignored ``stream``: one completion (or an
                         # error) as JSON; repaired, then sent as a stream
-                        raw = await resp.read()
+                        try:
+                            raw = await read_reply(resp)
+                        except (TimeoutError, aiohttp.ClientError) as exc:
+                            self._upstream_error(up, "died_midstream")
+                            status = 502
+                            return json_error(
+                                502,
+                                f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+                                "upstream_error",
+                                "died_midstream",
+                            )
                         return await self._json_as_stream(up, raw, client, client_body)
                     # before prepare: fails as a 500
                     session = SSESession(client_body, **chain_options(up))
