@@ -451,7 +451,8 @@ async def _open_and_drop(url: str, payload: Any, read_until: bytes | None, wait:
     return got
 
 
-async def test_client_disconnect_before_the_upstream_answered() -> None:
+@pytest.mark.parametrize("stream", [True, False])
+async def test_client_disconnect_before_the_upstream_answered(stream: bool) -> None:
     async with (
         RawUpstream(write_then(b"", "hang", delay=30)) as up,
         AppServer(proxy_app(up.url)) as px,
@@ -460,7 +461,7 @@ async def test_client_disconnect_before_the_upstream_answered() -> None:
         async def client() -> None:
             async with (
                 aiohttp.ClientSession() as s,
-                s.post(px.url + "/chat/completions", json=body()) as r,
+                s.post(px.url + "/chat/completions", json=body(stream)) as r,
             ):
                 await r.read()
 
