@@ -15,7 +15,7 @@ from streamfix.delta import Delta
 from streamfix.transforms.detect import MAX_GAP_WS, ToolTagDetector
 
 from .detectutil import check_split_invariant, result, run_parts, run_pieces
-from .streamutil import CAPTURES, SHAPES_REQUEST, split_bytes, tool
+from .streamutil import CAPTURES, SHAPES_REQUEST, fix_text, split_bytes, tool
 
 LO = '{"name": "lookup_order", "arguments": {"order_id": "A-1"}}'
 
@@ -429,3 +429,15 @@ def test_code_fence_is_released_as_it_streams(opening: str) -> None:
     assert released.startswith("\n" + opening)  # the blank line was held
     assert "lookup_order(order_id='A-1')\n" in released
     assert not d.in_region
+
+
+def test_a_marker_that_starts_like_a_line_start_marker_is_held_mid_line() -> None:
+    """Regression: ``[`` (a list that counts only at the start of a line)
+    matched first, was rejected mid-line, and the scan moved on, so a
+    ``[TOOL_CALLS]`` arriving one character at a time was released as text.
+    (Masked in tests while the reasoning splitter held every reply's start.)"""
+    text = 'Before. [TOOL_CALLS][{"name": "lookup_order", "arguments": {"order_id": "F-6"}}] Done.'
+    for pieces in ([text], list(text), [text[:9], text[9:]]):
+        a = fix_text(pieces)
+        assert a.calls() == [("lookup_order", {"order_id": "F-6"})]
+        assert a.content == "Before. Done."

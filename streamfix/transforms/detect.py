@@ -110,7 +110,15 @@ class Matcher:
     """The compiled markers of one request (see module docstring)."""
 
     __slots__ = (
-        "groups", "lead", "lead_prefixes", "lead_tail", "line_start", "maxlen", "prefixes", "scan"
+        "groups",
+        "lead",
+        "lead_prefixes",
+        "lead_tail",
+        "line_start",
+        "maxlen",
+        "prefixes",
+        "scan",
+        "tail",
     )
 
     def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
@@ -134,6 +142,11 @@ class Matcher:
             + r")\Z)"
             if anywhere
             else never
+        )
+        #: A marker's prefix running from a given position to the end of the
+        #: text (group 1 never matches: a "hold" result for ``_search``).
+        self.tail = re.compile(
+            r"(\b\B)?(?:" + (_rx(_trie(anywhere), True, True, False) or never) + r")\Z"
         )
         self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
         self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
@@ -268,7 +281,13 @@ class ToolTagDetector:
             if s[i] in _WORD and (s[i - 1] if i else self._prev) in _WORD:
                 pass  # a name marker glued to a word: not one
             elif mm.group(1) in line_start and not self._at_line_start(s, i):
-                pass  # code calls start their line
+                # Code calls start their line. But the text from here may
+                # still be the start of a longer marker that counts
+                # anywhere (``[`` is a list's start, ``[TOOL_CALLS]`` is not
+                # bound to a line): hold it then.
+                tail = self.m.tail.match(s, i)
+                if tail is not None:
+                    return tail
             else:
                 return mm
             mm = scan(s, i + 1)
