@@ -73,17 +73,36 @@ def build_pipeline(ctx: Context) -> list[Transform]:
 class _Choice:
     """State of one choice index."""
 
-    __slots__ = ("cut", "done", "lane", "n_calls", "reasoning_key", "saw_output", "steps")
+    __slots__ = (
+        "cut",
+        "done",
+        "lane",
+        "lane_pos",
+        "n_calls",
+        "reasoning_key",
+        "saw_output",
+        "steps",
+    )
 
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
         #: The plain-text lane: each step's ``feed_text``, when every step
         #: has one (see ``delta.TextLane``); else None and every delta
         #: takes the full path.
-        lane = [getattr(step, "feed_text", None) for step in self.steps]
-        self.lane: list[Callable[[str], bool]] | None = (
-            [f for f in lane if f is not None] if all(f is not None for f in lane) else None
-        )
+        # Steps that never look at content (``ignores_content``) are left
+        # out of the lane: calling them per chunk would only cost time.
+        lane: list[Callable[[str], bool]] = []
+        self.lane_pos: list[int] = []  # each lane entry's index in ``steps``
+        self.lane: list[Callable[[str], bool]] | None = lane
+        for pos, step in enumerate(self.steps):
+            if getattr(step, "ignores_content", False):
+                continue
+            accepts = getattr(step, "feed_text", None)
+            if accepts is None:
+                self.lane = None
+                break
+            lane.append(accepts)
+            self.lane_pos.append(pos)
         self.done = False
         self.cut = False
         self.n_calls = 0  # calls emitted so far: the next call's index
@@ -169,18 +188,19 @@ class Chain:
                 and dv.reasoning is None
             ):
                 st = self._choices.get(ch.index)
-                if st is not None and st.lane is not None and not st.done:
+                lane = st.lane if st is not None and not st.done else None
+                if lane is not None:
                     content = dv.content
                     i = 0
-                    for accepts in st.lane:
+                    for accepts in lane:
                         if not accepts(content):
                             break
                         i += 1
                     else:
-                        if content:
-                            st.saw_output = True
+                        if not st.saw_output and content:  # type: ignore[union-attr]
+                            st.saw_output = True  # type: ignore[union-attr]
                         return PASS_ONLY
-                    d, changed = self._feed_choice(ch, start=i)
+                    d, changed = self._feed_choice(ch, start=st.lane_pos[i])  # type: ignore[union-attr]
                 else:
                     d, changed = self._feed_choice(ch)
             else:

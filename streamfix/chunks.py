@@ -24,12 +24,12 @@ import orjson
 from .errors import UpstreamProtocolError
 
 
-class FunctionDelta(msgspec.Struct):
+class FunctionDelta(msgspec.Struct, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class ToolCallDelta(msgspec.Struct):
+class ToolCallDelta(msgspec.Struct, gc=False):
     """One structured tool-call fragment as a server sends it."""
 
     index: int | None = None
@@ -38,7 +38,7 @@ class ToolCallDelta(msgspec.Struct):
     function: FunctionDelta | None = None
 
 
-class DeltaView(msgspec.Struct):
+class DeltaView(msgspec.Struct, gc=False):
     """A streamed ``delta`` or a non-streamed ``message``."""
 
     content: str | None = None
@@ -48,18 +48,20 @@ class DeltaView(msgspec.Struct):
     function_call: dict[str, Any] | None = None
 
 
-class ChoiceView(msgspec.Struct):
+class ChoiceView(msgspec.Struct, gc=False):
     index: int = 0
     delta: DeltaView | None = None
     message: DeltaView | None = None
     finish_reason: str | None = None
 
 
-class ChunkView(msgspec.Struct):
+class ChunkView(msgspec.Struct, gc=False):
     choices: list[ChoiceView] | None = None
     error: Any = None
 
 
+# gc=False: views hold only strings, numbers and other views, never a
+# cycle, so the garbage collector need not track one per chunk.
 _decoder = msgspec.json.Decoder(ChunkView)
 _decode = _decoder.decode
 

@@ -114,7 +114,9 @@ class TextLane(Protocol):
     would hold, rewrite or cut: the chain then calls ``feed`` with a Delta.
     A chunk on which every step returns True is forwarded as the upstream's
     own bytes without a Delta ever being made. A pipeline in which any step
-    lacks ``feed_text`` always takes the full path (correct, slower).
+    lacks ``feed_text`` always takes the full path (correct, slower); a step
+    that never looks at content says so with ``ignores_content = True`` and
+    is left out of the lane.
     """
 
     def feed_text(self, text: str) -> bool: ...

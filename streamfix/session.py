@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
-from .chunks import decode_view
+from .chunks import _decode, decode_view
 from .context import Context, Report
 from .errors import UpstreamProtocolError
 from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
@@ -24,6 +25,16 @@ def error_event(message: str, type_: str = "upstream_error", code: str | None = 
 
 
 _KEEPALIVE_BYTES = encode_comment()
+
+
+class _NeverIdle:
+    """Stands in for the decoder once the stream is over: the fast path's
+    first test then fails, and ``feed`` returns nothing."""
+
+    idle = False
+
+
+_NEVER_IDLE = _NeverIdle()
 
 
 class SSESession:
@@ -41,12 +52,25 @@ class SSESession:
         self.ctx = Context.of(request, options)
         self.chain = Chain(self.ctx)
         self._decoder = SSEDecoder(self.ctx.options.max_event_bytes)
-        #: True once the stream is over for the client ([DONE] sent or a cut).
-        self.finished = False
+        #: The decoder, or ``_NEVER_IDLE`` once finished: one attribute
+        #: test on the hot path covers both (see ``feed``).
+        self._idle_decoder: SSEDecoder | _NeverIdle = self._decoder
+        self._finished = False
         #: The upstream sent ``data: [DONE]``.
         self.saw_done = False
         #: Output of a read whose later event was broken (see ``fail``).
         self._salvage = b""
+
+    @property
+    def finished(self) -> bool:
+        """True once the stream is over for the client ([DONE] sent, a cut,
+        or an error): later input is ignored."""
+        return self._finished
+
+    @finished.setter
+    def finished(self, value: bool) -> None:
+        self._finished = value
+        self._idle_decoder = _NEVER_IDLE if value else self._decoder
 
     @property
     def report(self) -> Report:
@@ -58,10 +82,8 @@ class SSESession:
 
     def feed(self, data: bytes) -> bytes:
         """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
-        if self.finished:
-            return b""
         if (
-            self._decoder.idle
+            self._idle_decoder.idle
             and data.startswith(b"data: {")
             and data.find(b"\n", 7) == len(data) - 2
             and data[-1] == 10  # LF
@@ -71,13 +93,21 @@ class SSESession:
             # event (what token-by-token servers send). Same result as the
             # general path below, minus the framing work.
             payload = data[6:-2]
-            outs = self.chain.feed(decode_view(payload), payload)
+            try:
+                view = _decode(payload)
+            except msgspec.ValidationError:
+                view = decode_view(payload)  # the loose reading
+            except msgspec.DecodeError:
+                return self._events(self._decoder.feed(data))  # its error
+            outs = self.chain.feed(view, payload)
             if outs is PASS_ONLY:
                 return data
             out = self._encode(outs, data)
             if self.chain.stopped:
                 out += self._stop()
             return out
+        if self.finished:
+            return b""
         return self._events(self._decoder.feed(data))
 
     def _stop(self) -> bytes:

@@ -260,3 +260,13 @@ def test_report_says_when_the_reply_carried_reasoning() -> None:
     thinking = streamfix.SSESession(None)
     thinking.feed(sse([chunk(reasoning="let me think"), chunk("hi"), chunk(finish="stop")]))
     assert thinking.report.reasoning
+
+
+def test_plain_text_takes_the_lane_with_tools_declared() -> None:
+    """With tools offered, a plain content chunk is accepted by every step's
+    ``feed_text`` and no Delta is built (the fast path stays fast)."""
+    session = streamfix.SSESession(WEATHER)
+    session.feed(sse([chunk(role="assistant", content=""), chunk("Hello")], done=False))
+    st = session.chain._choices[0]
+    assert st.lane is not None and len(st.lane) == len(st.steps) - 1  # all but the accumulator
+    assert all(accepts(" there, friend") for accepts in st.lane)

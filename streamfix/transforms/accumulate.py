@@ -35,6 +35,10 @@ class Accumulator:
 
     __slots__ = ("_anon", "_calls", "_last", "ctx")
 
+    #: Content alone never concerns the accumulator: the chain leaves it
+    #: out of the plain-text lane (``delta.TextLane``).
+    ignores_content = True
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._calls: dict[int, _Pending] = {}  # in order of first appearance
@@ -73,10 +77,6 @@ class Accumulator:
                 arg_text.append((key, fn.arguments))
         if arg_text:
             d.arg_text = arg_text
-
-    def feed_text(self, text: str) -> bool:
-        """Content alone never concerns the accumulator (``TextLane``)."""
-        return True
 
     def _route(self, f: ToolCallDelta) -> tuple[int, _Pending]:
         if f.index is not None:

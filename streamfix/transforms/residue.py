@@ -102,6 +102,10 @@ NAMED_TOKENS: Final = frozenset(
 #: The bars DeepSeek's DSML tags are written with across versions.
 _BAR = r"(?:｜{1,2}|‖|\|)"
 
+#: Plain-text pieces batched before their line/last-character state is
+#: updated (bounded memory; see ``ResidueStripper._settle``).
+MAX_UNSETTLED: Final = 64
+
 _T = str(MAX_TOKEN)
 _CAND = re.compile(
     r"<\|[^\s|<>]{1," + _T + r"}\|>"
@@ -127,7 +131,16 @@ _NON_WS = re.compile(r"\S")
 class ResidueStripper:
     """Strips leftover markup from content (see module doc)."""
 
-    __slots__ = ("_held", "_in_fence", "_last", "_line_head", "_opened", "ctx", "saw_output")
+    __slots__ = (
+        "_held",
+        "_in_fence",
+        "_last",
+        "_line_head",
+        "_opened",
+        "_saw_output",
+        "_unsettled",
+        "ctx",
+    )
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -136,8 +149,23 @@ class ResidueStripper:
         self._line_head = True  # only blanks since the last newline
         self._last = ""  # the last character released
         self._opened: dict[str, int] = {}  # wrapper tags opened and kept
-        #: A non-blank character or a call reached the client.
-        self.saw_output = False
+        self._saw_output = False
+        #: Text released on the plain-text lane and not yet taken into
+        #: ``_line_head``/``_last``/``_saw_output`` (done when next needed,
+        #: or every ``MAX_UNSETTLED`` pieces, so the lane stays cheap).
+        self._unsettled: list[str] = []
+
+    @property
+    def saw_output(self) -> bool:
+        """A non-blank character or a call reached the client."""
+        self._settle()
+        return self._saw_output
+
+    def _settle(self) -> None:
+        if self._unsettled:
+            text = "".join(self._unsettled)
+            self._unsettled.clear()
+            self._released(text)
 
     def feed_text(self, text: str) -> bool:
         """The plain-text lane (``delta.TextLane``): True, with the text
@@ -145,7 +173,10 @@ class ResidueStripper:
         or backtick); else False, having changed nothing."""
         if self._held or _TRIGGER.search(text) is not None:
             return False
-        self._released(text)
+        pending = self._unsettled
+        pending.append(text)
+        if len(pending) >= MAX_UNSETTLED:
+            self._settle()
         return True
 
     def feed(self, d: Delta) -> None:
@@ -155,8 +186,9 @@ class ResidueStripper:
         self._run(d, True)
 
     def _run(self, d: Delta, final: bool) -> None:
+        self._settle()
         if d.calls:
-            self.saw_output = True
+            self._saw_output = True
         c = d.content
         if not self._held and (not c or _TRIGGER.search(c) is None):
             if c:
@@ -170,8 +202,8 @@ class ResidueStripper:
     def _released(self, text: str) -> None:
         if not text:
             return
-        if not self.saw_output and not text.isspace():
-            self.saw_output = True
+        if not self._saw_output and not text.isspace():
+            self._saw_output = True
         nl = text.rfind("\n")
         if nl >= 0:
             self._line_head = nl == len(text) - 1 or not text[nl + 1 :].strip(" \t")
