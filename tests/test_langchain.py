@@ -15,22 +15,10 @@ pytest.importorskip("langchain_openai")
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_openai import ChatOpenAI
 
-from .streamutil import SHAPES_TOOLS, chunk, fix_text, sse, text_stream
+from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
 from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
 
 QUESTION = "Where is order A1?"
-
-
-def _lifted(text: str) -> bool:
-    return bool(fix_text([text]).tool_calls)
-
-
-def needs_lift(text: str) -> pytest.MarkDecorator:
-    """xfail a text shape that this build does not lift yet (the detector
-    and its formats land separately); strict=False so a lift passes."""
-    return pytest.mark.xfail(
-        not _lifted(text), reason="this text shape is not lifted yet", strict=False
-    )
 
 
 #: (id, the model's text, the calls LangChain must see)
@@ -141,7 +129,7 @@ async def test_plain_text_stays_text(stack: tuple[FakeUpstream, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [pytest.param(t, e, id=i, marks=needs_lift(t)) for i, t, e in TEXT_SHAPES],
+    [pytest.param(t, e, id=i) for i, t, e in TEXT_SHAPES],
 )
 async def test_text_tool_call_streamed(
     stack: tuple[FakeUpstream, Any], text: str, expected: list[tuple[str, dict[str, Any]]]
@@ -157,7 +145,7 @@ async def test_text_tool_call_streamed(
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [pytest.param(t, e, id=i, marks=needs_lift(t)) for i, t, e in TEXT_SHAPES],
+    [pytest.param(t, e, id=i) for i, t, e in TEXT_SHAPES],
 )
 async def test_text_tool_call_not_streamed(
     stack: tuple[FakeUpstream, Any], text: str, expected: list[tuple[str, dict[str, Any]]]

@@ -393,7 +393,6 @@ def test_server_middleware_rejects_unknown_options() -> None:
         streamfix_middleware(lfit=True)
 
 
-@pytest.mark.xfail(strict=False, reason="the text tool-call detector is another helper's work")
 async def test_server_middleware_lifts_a_call_written_as_text(serve: Any) -> None:
     server = await serve(Script(TEXT_CALL, piece=5), [streamfix_middleware()])
     request = {**TOOLS_REQUEST, "tool_choice": "auto"}
@@ -554,7 +553,6 @@ async def test_client_middleware_report(serve: Any) -> None:
         assert report_of(resp) is None
 
 
-@pytest.mark.xfail(strict=False, reason="the text tool-call detector is another helper's work")
 async def test_client_middleware_lifts_a_call_written_as_text(serve: Any) -> None:
     server = await serve(Script(TEXT_CALL, piece=5))
     _, data = await client_post(

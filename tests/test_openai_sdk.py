@@ -10,20 +10,10 @@ from typing import Any
 import openai
 import pytest
 
-from .streamutil import SHAPES_TOOLS, chunk, fix_text, sse, text_stream
+from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
 from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Where is order A1?"}]
-
-
-def _detector_lifts() -> bool:
-    text = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A1"}}</tool_call>'
-    return bool(fix_text([text]).tool_calls)
-
-
-needs_detector = pytest.mark.xfail(
-    not _detector_lifts(), reason="the text tool-call detector has not landed", strict=False
-)
 
 
 @pytest.fixture
@@ -126,7 +116,6 @@ TEXT_CALLS = {
 }
 
 
-@needs_detector
 @pytest.mark.parametrize("shape", sorted(TEXT_CALLS))
 async def test_stream_helper_on_text_tool_calls(
     stack: tuple[FakeUpstream, openai.AsyncOpenAI], shape: str
@@ -139,7 +128,6 @@ async def test_stream_helper_on_text_tool_calls(
     assert "lookup_order" not in content and "<" not in content
 
 
-@needs_detector
 async def test_non_streaming_text_tool_call(stack: tuple[FakeUpstream, openai.AsyncOpenAI]) -> None:
     up, client = stack
     text = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A1"}}</tool_call>'
