@@ -102,8 +102,12 @@ _VOCAB = [
     "email",
 ]
 #: Prose that never repeats (a stream of one sentence over and over is
-#: a loop, and streamfix would rightly cut it): word i is fixed by i.
-WORDS = [random.Random(i).choice(_VOCAB) + " " for i in range(4096)]
+#: a loop, and streamfix would rightly cut it): word i is fixed by i. Each
+#: token carries its space in front, as the BPE tokenizers of Llama 3,
+#: Qwen, Mistral and GPT write them (" word"): with tools offered, a chunk
+#: that ends in blanks is re-split (the blanks may be the layout before a
+#: call), so trailing-space tokens would measure a stream no server sends.
+WORDS = [" " + random.Random(i).choice(_VOCAB) for i in range(4096)]
 
 
 #: Chunks per upstream write in the throughput run. Engines write one

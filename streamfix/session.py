@@ -85,30 +85,57 @@ class SSESession:
         if (
             self._idle_decoder.idle
             and data.startswith(b"data: {")
-            and data.find(b"\n", 7) == len(data) - 2
-            and data[-1] == 10  # LF
+            and data.endswith(b"\n\n")
             and data.find(b"\r", 7) < 0
         ):
-            # The fast path: this read is exactly one single-line JSON
-            # event (what token-by-token servers send). Same result as the
-            # general path below, minus the framing work.
-            payload = data[6:-2]
-            try:
-                view = _decode(payload)
-            except msgspec.ValidationError:
-                view = decode_view(payload)  # the loose reading
-            except msgspec.DecodeError:
-                return self._events(self._decoder.feed(data))  # its error
-            outs = self.chain.feed(view, payload)
-            if outs is PASS_ONLY:
-                return data
-            out = self._encode(outs, data)
-            if self.chain.stopped:
-                out += self._stop()
-            return out
+            # The fast paths: this read is whole single-line JSON events,
+            # LF only, nothing buffered (what token-by-token servers send).
+            # Same result as the general path, minus the framing work.
+            if data.find(b"\n", 7) == len(data) - 2:  # exactly one event
+                return self._event(data[6:-2], data)
+            return self._batch(data)
         if self.finished:
             return b""
         return self._events(self._decoder.feed(data))
+
+    def _event(self, payload: bytes, raw: bytes) -> bytes:
+        """One single-line JSON event (``raw`` is its bytes, terminator
+        included) through the chain."""
+        try:
+            view = _decode(payload)
+        except msgspec.ValidationError:
+            view = decode_view(payload)  # the loose reading
+        except msgspec.DecodeError:
+            return self._events(self._decoder.feed(raw))  # its error
+        outs = self.chain.feed(view, payload)
+        if outs is PASS_ONLY:
+            return raw
+        out = self._encode(outs, raw)
+        if self.chain.stopped:
+            out += self._stop()
+        return out
+
+    def _batch(self, data: bytes) -> bytes:
+        """Several events in one read: each single-line JSON event takes the
+        fast path; from the first other block on (``[DONE]``, a comment,
+        a multi-line event) the rest goes through the decoder, in order."""
+        out: list[bytes] = []
+        pos = 0
+        for block in data[:-2].split(b"\n\n"):
+            end = pos + len(block) + 2
+            if self._finished:
+                break
+            try:
+                if not block.startswith(b"data: {") or b"\n" in block:
+                    out.append(self._events(self._decoder.feed(data[pos:])))
+                    break
+                out.append(self._event(block[6:], data[pos:end]))
+            except UpstreamProtocolError:
+                # The events before the broken one are not lost (``fail``).
+                self._salvage = b"".join(out) + self._salvage
+                raise
+            pos = end
+        return b"".join(out)
 
     def _stop(self) -> bytes:
         self.finished = True

@@ -270,3 +270,23 @@ def test_plain_text_takes_the_lane_with_tools_declared() -> None:
     st = session.chain._choices[0]
     assert st.lane is not None and len(st.lane) == len(st.steps) - 1  # all but the accumulator
     assert all(accepts(" there, friend") for accepts in st.lane)
+
+
+def test_events_before_a_broken_one_in_a_later_read_are_not_lost() -> None:
+    """The same with the decoder past the stream's start, where a read of
+    several single-line events takes the session's batch fast path."""
+    first = sse([chunk(role="assistant")], done=False)
+    second = sse([chunk("kept"), chunk(" too")], done=False) + b"data: {broken\n\n"
+    a = assemble(run_sse([first, second], None))
+    assert a.content == "kept too"
+    assert a.errors and a.errors[0]["type"] == "upstream_protocol_error"
+
+
+@given(st.lists(st.text(max_size=6), min_size=1, max_size=12), st.integers(1, 12))
+def test_batched_reads_are_the_same_as_one_event_per_read(texts: list[str], per_read: int) -> None:
+    events = [sse([chunk(t)], done=False) for t in texts] + [b"data: [DONE]\n\n"]
+    reads = [sse([chunk(role="assistant")], done=False)]
+    reads += [b"".join(events[i : i + per_read]) for i in range(0, len(events), per_read)]
+    one_by_one = [sse([chunk(role="assistant")], done=False), *events]
+    assert run_sse(reads, WEATHER) == run_sse(one_by_one, WEATHER)
+    assert run_sse(reads, None) == b"".join(reads)
