@@ -31,7 +31,7 @@ import orjson
 
 from ..context import ToolSpec
 from .base import ABORT, Format, RawCall
-from .scan import Balanced
+from .scan import Balanced, end_of_first
 
 FORMATS: list[Format] = []
 
@@ -58,11 +58,7 @@ class Until:
     def scan(self, text: str, start: int) -> int | None:
         s = self._tail + text[start:]
         base = len(self._tail)
-        best = -1
-        for c in self._closes:
-            i = s.find(c)
-            if i >= 0 and (best < 0 or i + len(c) < best):
-                best = i + len(c)
+        best = end_of_first(s, self._closes)
         if best >= 0:
             return start + best - base
         self._seen += len(text) - start

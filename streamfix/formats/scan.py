@@ -13,6 +13,16 @@ import re
 from .base import ABORT, EndFinder
 
 
+def end_of_first(s: str, closes: tuple[str, ...]) -> int:
+    """The offset just past the earliest of ``closes`` in ``s``, or -1."""
+    best = -1
+    for c in closes:
+        i = s.find(c)
+        if i >= 0 and (best < 0 or i + len(c) < best):
+            best = i + len(c)
+    return best
+
+
 class UntilMarker:
     """The region ends just after the first of ``closes`` (e.g. ``</tool_call>``)."""
 
@@ -33,11 +43,7 @@ class UntilMarker:
             text_off = 0
         s = self._tail + text[text_off:]
         base = len(self._tail)
-        best = -1
-        for c in self._closes:
-            i = s.find(c)
-            if i >= 0 and (best < 0 or i + len(c) < best):
-                best = i + len(c)
+        best = end_of_first(s, self._closes)
         if best >= 0:
             return best - base + text_off
         self._tail = s[-self._keep :] if self._keep else ""
