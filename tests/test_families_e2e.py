@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.streamutil import Assembled, fix_text
+import streamfix
+from tests.streamutil import SHAPES_REQUEST, Assembled, assemble, fix_text, text_stream
 
 from .family_cases import CASES, Case
 
@@ -203,3 +204,28 @@ def test_family_split_at_every_byte(case: Case) -> None:
     inside = [k for k in range(1, len(data)) if data[k] & 0xC0 == 0x80]
     for k in sorted({*inside, *range(1, len(data), 13)}):
         assert outcome(assemble(run_sse(split_at(data, [k]), SHAPES_REQUEST))) == want, k
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # DeepSeek V3.1: the first call whole, the second cut inside its arguments
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup_order<｜tool▁sep｜>{"order_id": "F-6"}'
+        '<｜tool▁call▁end｜><｜tool▁call▁begin｜>create_ticket<｜tool▁sep｜>{"title": "Pri',
+        # Kimi K2: the same
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup_order:0"
+        '<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|>'
+        '<|tool_call_begin|>functions.create_ticket:1<|tool_call_argument_begin|>{"title": "Pri',
+    ],
+    ids=["deepseek-v31", "kimi-k2"],
+)
+def test_section_cut_after_its_first_call_is_cut_off_as_a_whole(text: str) -> None:
+    """shapes.md: a cut-off call is never returned. A section the model was
+    still writing when the token limit hit is cut off as a whole (the proxy
+    asks again with a larger allowance) rather than running half its calls."""
+    session = streamfix.SSESession(SHAPES_REQUEST)
+    a = assemble(session.feed(text_stream([BEFORE + text], "length")) + session.close())
+    assert a.tool_calls == []
+    assert a.content.strip() == BEFORE.strip()
+    assert a.finish_reason == "length"
+    assert session.report.truncated_call

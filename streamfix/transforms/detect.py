@@ -492,8 +492,13 @@ class ToolTagDetector:
         tools = self.ctx.tools
         verdict = "none"
         failed: Format = self._fmts[0]
+        # At a ``length`` cut the model stopped mid-region: only a region its
+        # finder saw through (just optional closing tokens missing) counts;
+        # a section cut after its first call is cut off as a whole, so the
+        # proxy asks again instead of running half the calls.
+        finder_done = getattr(self._finder, "complete", True)
         for fmt in self._fmts:
-            if at_end and length and not fmt.is_complete(region):
+            if at_end and length and not (finder_done and fmt.is_complete(region)):
                 continue
             raws = fmt.parse(region, tools)
             if not raws:
@@ -512,7 +517,12 @@ class ToolTagDetector:
             failed = fmt
             break
         report = self.ctx.report
-        if verdict == "none" and at_end and length and failed.partial_is_call(region, tools):
+        if (
+            verdict in ("none", "bad_arguments")
+            and at_end
+            and length
+            and failed.partial_is_call(region, tools)
+        ):
             self._truncated = True
             report.count("dropped_call.truncated")
             self._since_call = True
