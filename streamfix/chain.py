@@ -187,38 +187,61 @@ class Chain:
                 and dv.reasoning_content is None
                 and dv.reasoning is None
             ):
-                st = self._choices.get(ch.index)
-                lane = st.lane if st is not None and not st.done else None
-                if lane is not None:
-                    content = dv.content
-                    i = 0
-                    for accepts in lane:
-                        if not accepts(content):
-                            break
-                        i += 1
-                    else:
-                        if not st.saw_output and content:  # type: ignore[union-attr]
-                            st.saw_output = True  # type: ignore[union-attr]
-                        return PASS_ONLY
-                    d, changed = self._feed_choice(ch, start=st.lane_pos[i])  # type: ignore[union-attr]
-                else:
-                    d, changed = self._feed_choice(ch)
-            else:
-                d, changed = self._feed_choice(ch)
+                out = self._feed_plain(ch.index, dv.content, original, ch)
+                if out is not None:
+                    return out
+            d, changed = self._feed_choice(ch)
             if not changed:
                 return PASS_ONLY
-            results: list[tuple[ChoiceView, Delta | None]] = [(ch, d)]
+            return self._changed(original, [(ch, d)])
+        results: list[tuple[ChoiceView, Delta | None]] = []
+        changed = False
+        for ch in choices:
+            d, ch_changed = self._feed_choice(ch)
+            changed = changed or ch_changed
+            results.append((ch, d))
+        if not changed:
+            return PASS_ONLY
+        return self._changed(original, results)
+
+    def _feed_plain(
+        self,
+        index: int,
+        content: str,
+        original: bytes | dict[str, Any],
+        ch: ChoiceView | None = None,
+    ) -> list[Out] | None:
+        """A chunk whose only owned field is choice ``index``'s ``content``
+        (no finish, no reasoning, no tool calls), on the plain-text lane.
+        Returns what to send on, or None when this choice has no lane (the
+        caller then feeds the chunk's view). ``ch``: the chunk's choice view,
+        when the caller decoded one (else one is made if needed)."""
+        st = self._choices.get(index)
+        lane = st.lane if st is not None and not st.done else None
+        if lane is None:
+            return None
+        assert st is not None
+        self._template_src = original
+        i = 0
+        for accepts in lane:
+            if not accepts(content):
+                break
+            i += 1
         else:
-            results = []
-            changed = False
-            for ch in choices:
-                d, ch_changed = self._feed_choice(ch)
-                changed = changed or ch_changed
-                results.append((ch, d))
-            if not changed:
-                return PASS_ONLY
-        obj = self._original_obj(original)
-        out = self._rebuild(obj, results)
+            if not st.saw_output and content:
+                st.saw_output = True
+            return PASS_ONLY
+        if ch is None:
+            ch = ChoiceView(index=index, delta=DeltaView(content=content))
+        d, changed = self._feed_choice(ch, start=st.lane_pos[i])
+        if not changed:
+            return PASS_ONLY
+        return self._changed(original, [(ch, d)])
+
+    def _changed(
+        self, original: bytes | dict[str, Any], results: list[tuple[ChoiceView, Delta | None]]
+    ) -> list[Out]:
+        out = self._rebuild(self._original_obj(original), results)
         if not out and self.ctx.options.keepalive:
             return [KEEPALIVE]
         return out
