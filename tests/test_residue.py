@@ -35,7 +35,9 @@ def _strip(pieces: list[str]) -> tuple[str, Context]:
 #: (name, content, what the client sees, the strip kind counted)
 STRIPPED: list[tuple[str, str, str, str]] = [
     ("im_end", "The answer is 4.<|im_end|>", "The answer is 4.", "special_token"),
-    ("im_start", "<|im_start|>assistant\nHello", "assistant\nHello", "special_token"),
+    ("im_start", "<|im_start|>assistant\nHello", "Hello", "special_token"),
+    ("im_start, no role", "<|im_start|>Hello", "Hello", "special_token"),
+    ("im_start, a word", "<|im_start|>userland", "userland", "special_token"),
     ("eot_id", "Done.<|eot_id|>", "Done.", "special_token"),
     ("eom_id", "Calling.<|eom_id|>", "Calling.", "special_token"),
     ("python_tag", "<|python_tag|>", "", "special_token"),

@@ -6,7 +6,8 @@ request offered tools: a reply to a request without tools is never
 rewritten. It removes from ``content`` only what is unmistakably markup:
 
 - **special tokens** of the model families, leaked by a server that does
-  not skip them: any ``<|…|>`` token (ChatML ``<|im_end|>``, Llama 3
+  not skip them: any ``<|…|>`` token (ChatML ``<|im_end|>``, and
+  ``<|im_start|>`` with the role line after it, Llama 3
   ``<|eot_id|>`` / ``<|python_tag|>``, Phi ``<|end|>``, harmony
   ``<|channel|>`` / ``<|call|>``, Kimi ``<|tool_calls_section_begin|>``,
   GLM ``<|observation|>``…, up to ``MAX_TOKEN`` characters, no spaces),
@@ -124,6 +125,13 @@ _PARTIAL = re.compile(
     r"|\[/?[A-Z_]{0,24}\Z"
     r"|`{1,2}\Z"
 )
+#: ChatML's turn header (``<|im_start|>assistant`` + newline), stripped
+#: whole: leaving the role word would show users a stray "assistant".
+IM_START: Final = "<|im_start|>"
+_ROLES = ("system", "user", "assistant", "tool", "developer")
+_ROLE = re.compile("(?:" + "|".join(_ROLES) + ")\n")
+_ROLE_MAX = max(len(r) for r in _ROLES) + 1
+_ROLE_PREFIXES = frozenset(r[:k] for r in (x + "\n" for x in _ROLES) for k in range(len(r)))
 _TRIGGER = re.compile(r"[<\[`]")
 _NON_WS = re.compile(r"\S")
 
@@ -269,8 +277,19 @@ class ResidueStripper:
                     self._opened[name] = n - 1
                     continue
                 kind = "special_token" if name == "s" else "wrapper_tag"
+            end = m.end()
+            if m.group() == IM_START:
+                # ChatML's turn header: the role line after it is debris too.
+                rest = text[end : end + _ROLE_MAX]
+                role = _ROLE.match(rest)
+                if role is not None:
+                    end += role.end()
+                elif not final and rest in _ROLE_PREFIXES:
+                    out.append(text[pos:i])  # undecided: hold from the token
+                    self._held = text[i:]
+                    return "".join(out)
             out.append(text[pos:i])
-            pos = m.end()
+            pos = end
             self._count(kind)
         if not final:
             hold = self._partial_start(text, max(pos, seen))
