@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 import orjson
-import pytest
 
 from tests.streamutil import Assembled, assemble
 
@@ -104,20 +103,3 @@ def deltas(data: bytes) -> list[dict[str, Any]]:
                 if ch.get("index", 0) == 0:
                     out.append(ch.get("delta") or {})
     return out
-
-
-def _detector_lifts() -> bool:
-    from tests.streamutil import fix_text
-
-    text = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A1"}}</tool_call>'
-    try:
-        return bool(fix_text([text]).tool_calls)
-    except Exception:  # a detector half-way through its work
-        return False
-
-
-#: The text tool-call detector lands separately; until it lifts the
-#: ``<tool_call>`` shape, the tests that need it are expected to fail.
-needs_detector = pytest.mark.xfail(
-    not _detector_lifts(), reason="the text tool-call detector has not landed", strict=False
-)

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from streamfix.local import AppThread
-from tests.e2e.common import GET_WEATHER, TOOL_AS_TEXT_MESSAGES, needs_detector, valid_calls_in
+from tests.e2e.common import GET_WEATHER, TOOL_AS_TEXT_MESSAGES, valid_calls_in
 from tests.e2e.relay import RecordingRelay
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +50,6 @@ def _kwargs() -> dict[str, Any]:
     }
 
 
-@needs_detector
 def test_sdk_not_streamed(sdk: Any, relay: RecordingRelay) -> None:
     mark = relay.mark()
     out = sdk.chat.completions.create(**_kwargs())
@@ -61,7 +60,6 @@ def test_sdk_not_streamed(sdk: Any, relay: RecordingRelay) -> None:
         assert out.choices[0].finish_reason == "tool_calls"
 
 
-@needs_detector
 def test_sdk_streamed(sdk: Any, relay: RecordingRelay) -> None:
     mark = relay.mark()
     content, by_index, finish = "", {}, None
@@ -81,7 +79,6 @@ def test_sdk_streamed(sdk: Any, relay: RecordingRelay) -> None:
         assert finish == "tool_calls"
 
 
-@needs_detector
 def test_sdk_stream_helper(sdk: Any, relay: RecordingRelay) -> None:
     """``client.chat.completions.stream`` accumulates the tool calls itself."""
     mark = relay.mark()
@@ -115,7 +112,6 @@ def _lc_calls(msg: Any) -> Calls:
     return [(c["name"], c["args"]) for c in msg.tool_calls]
 
 
-@needs_detector
 def test_langchain_not_streamed(chat_model: Any, relay: RecordingRelay) -> None:
     mark = relay.mark()
     msg = chat_model.invoke(TOOL_AS_TEXT_MESSAGES)
@@ -123,7 +119,6 @@ def test_langchain_not_streamed(chat_model: Any, relay: RecordingRelay) -> None:
     assert not msg.invalid_tool_calls
 
 
-@needs_detector
 def test_langchain_streamed(chat_model: Any, relay: RecordingRelay) -> None:
     mark = relay.mark()
     acc = None

@@ -19,7 +19,6 @@ from tests.e2e.common import (
     LOOP_REQUEST,
     TOOL_AS_TEXT_MESSAGES,
     deltas,
-    needs_detector,
     post_json,
     post_stream,
     stream_assembled,
@@ -150,7 +149,6 @@ def test_real_loop_not_streamed_is_cut(
 # -- a tool call written as text -----------------------------------------------
 
 
-@needs_detector
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
 def test_text_tool_call_comes_out_structured(
     http: httpx.Client, proxy: AppThread, relay: RecordingRelay, stream: bool
