@@ -166,7 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(width=args.width, scenarios=args.scenario)
+        try:
+            return run_demo(width=args.width, scenarios=args.scenario)
+        except BrokenPipeError:
+            # ``streamfix demo | head``: the reader left; not an error.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:

@@ -164,3 +164,19 @@ async def test_serve_runs_as_a_process(workers: int) -> None:
             assert proc.stdout is not None and proc.stderr is not None
             proc.stdout.close()
             proc.stderr.close()
+
+
+def test_demo_piped_into_a_reader_that_leaves_is_not_an_error() -> None:
+    """``streamfix demo | head``: the reader closes the pipe; exit 0, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        f"{sys.executable} -m streamfix demo | head -2",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.count("\n") == 2
+    assert "Traceback" not in proc.stderr
