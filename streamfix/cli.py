@@ -167,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run_demo
 
         try:
-            return run_demo(width=args.width, scenarios=args.scenario)
+            status = run_demo(width=args.width, scenarios=args.scenario)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return status
         except BrokenPipeError:
             # ``streamfix demo | head``: the reader left; not an error.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
