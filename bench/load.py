@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+
+from streamfix.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,13 +128,6 @@ def serve_upstream(port: int) -> None:
 
 
 # -- processes ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def rss(pid: int) -> dict[str, int]:

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+
+from streamfix.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,13 +214,6 @@ def _serve(kind: str, port: int, upstream: str | None) -> None:
 
 
 # -- the client ----------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _wait(url: str, deadline: float) -> None:
@@ -433,7 +427,7 @@ def main() -> int:
         return 0
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    ports = {k: _free_port() for k in ("upstream", "passthrough", "streamfix")}
+    ports = {k: free_port() for k in ("upstream", "passthrough", "streamfix")}
     up_url = f"http://127.0.0.1:{ports['upstream']}/v1"
     me = [sys.executable, str(Path(__file__).resolve())]
     procs = [

@@ -22,7 +22,6 @@ endpoint (``/v1/models``, ``/props``...) returning JSON.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,6 +30,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from streamfix.local import free_port
 
 from .streamutil import chunk, sse
 
@@ -131,14 +132,6 @@ class Received:
     #: The peer went away (or the server was cancelled) before the reply ended.
     disconnected: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (connections are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def refusing_url() -> str:
