@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 
-from .chunks import ChoiceView, ChunkView, DeltaView
+from .chunks import ChoiceView, ChunkView, DeltaView, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
 from .transforms.accumulate import Accumulator
@@ -123,6 +123,7 @@ class _Choice:
 
 
 def delta_in(dv: DeltaView | None, finish_reason: str | None) -> Delta:
+    """The Delta of a streamed ``delta`` or a whole ``message``."""
     if dv is None:
         return Delta(finish_reason=finish_reason)
     return Delta(
@@ -260,17 +261,10 @@ class Chain:
             return (None, True) if st.cut else (_NO_CHANGE, False)
         dv = ch.delta
         finish = ch.finish_reason
-        if dv is None:
-            d = Delta(finish_reason=finish)
-            content0 = reasoning0 = fragments0 = None
-        else:
-            content0 = dv.content
-            reasoning0 = dv.reasoning_content
-            if reasoning0 is None and dv.reasoning is not None:
-                reasoning0 = dv.reasoning
-                st.reasoning_key = "reasoning"
-            fragments0 = dv.tool_calls or None
-            d = Delta(content0, reasoning0, fragments0, finish)
+        d = delta_in(dv, finish)
+        content0, reasoning0, fragments0 = d.content, d.reasoning, d.fragments
+        if dv is not None and dv.reasoning_content is None and dv.reasoning is not None:
+            st.reasoning_key = "reasoning"  # the server's own field name goes back out
         st.run(d, finish is not None, start)
         self._note_output(st, d)
         if st.done:
@@ -337,8 +331,6 @@ class Chain:
             if not isinstance(ch, dict) or not isinstance(ch.get("message"), dict):
                 new_choices.append(ch)
                 continue
-            from .chunks import view_of
-
             view = view_of({"choices": [ch]})
             cv = view.choices[0] if view.choices else ChoiceView(index=pos)
             st = self._choice(cv.index)
