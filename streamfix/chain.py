@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 
-from .chunks import ChoiceView, ChunkView, DeltaView, view_of
+from .chunks import ChoiceView, ChunkView, DeltaView, plain_content, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
 from .transforms.accumulate import Accumulator
@@ -179,16 +179,9 @@ class Chain:
             # The common case, kept short: one choice, and most often
             # nothing to change.
             ch = choices[0]
-            dv = ch.delta
-            if (
-                ch.finish_reason is None
-                and dv is not None
-                and dv.content is not None
-                and dv.tool_calls is None
-                and dv.reasoning_content is None
-                and dv.reasoning is None
-            ):
-                out = self._feed_plain(ch.index, dv.content, original, ch)
+            plain = plain_content(view)
+            if plain is not None:
+                out = self.feed_plain(plain[0], plain[1], original, ch)
                 if out is not None:
                     return out
             d, changed = self._feed_choice(ch)
@@ -205,7 +198,13 @@ class Chain:
             return PASS_ONLY
         return self._changed(original, results)
 
-    def _feed_plain(
+    def has_lane(self, index: int) -> bool:
+        """Whether choice ``index`` takes plain text on the lane now (see
+        ``feed_plain``)."""
+        st = self._choices.get(index)
+        return st is not None and st.lane is not None and not st.done
+
+    def feed_plain(
         self,
         index: int,
         content: str,

@@ -85,6 +85,27 @@ def decode_view(payload: bytes) -> ChunkView:
         raise UpstreamProtocolError(f"chunk is not JSON: {exc}; data: {payload[:200]!r}") from None
 
 
+def plain_content(view: ChunkView) -> tuple[int, str] | None:
+    """``(choice index, content)`` when the chunk's only owned field is one
+    choice's ``content`` (no finish, reasoning or tool calls): the chunk
+    the plain-text lane takes (``Chain.feed_plain``)."""
+    choices = view.choices
+    if choices is None or len(choices) != 1 or view.error is not None:
+        return None
+    ch = choices[0]
+    dv = ch.delta
+    if (
+        ch.finish_reason is None
+        and dv is not None
+        and dv.content is not None
+        and dv.tool_calls is None
+        and dv.reasoning_content is None
+        and dv.reasoning is None
+    ):
+        return ch.index, dv.content
+    return None
+
+
 def view_of(obj: Any) -> ChunkView:
     """The view of an already-decoded chunk or completion (a dict)."""
     if not isinstance(obj, dict):

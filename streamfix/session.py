@@ -5,13 +5,14 @@ are thin loops around this class.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 import orjson
 
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
-from .chunks import _decode, decode_view
+from .chunks import ChunkView, _decode, decode_view, plain_content
 from .context import Context, Report
 from .errors import UpstreamProtocolError
 from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
@@ -36,6 +37,71 @@ class _NeverIdle:
 
 _NEVER_IDLE = _NeverIdle()
 
+#: Bytes that end a JSON string or need unescaping, and bytes JSON forbids
+#: raw in a string (a raw CR or LF would also be an SSE line end).
+_NOT_PLAIN_STRING = re.compile(rb'[\x00-\x1f"\\]').search
+#: Shapes learned per stream before learning slows down (``_learn``), and
+#: how often it is tried after that, in events decoded.
+_EAGER_LEARNS = 4
+_LEARN_EVERY = 32
+
+
+class _Shape:
+    """The bytes around the content of one plain-text event of this stream.
+
+    Servers send every plain-text chunk of a stream with the same bytes
+    around the content (``data: {"id":"chatcmpl-1",…"delta":{"content":"``
+    and ``"},"logprobs":null,"finish_reason":null}]}\n\n``). An event that
+    starts and ends with the bytes of one the chain has already decoded,
+    and whose middle is one JSON string, decodes to the same view with
+    another content: it needs no JSON decode and no SSE framing, only the
+    string. ``_learn`` makes one from a decoded event.
+    """
+
+    __slots__ = ("end", "index", "prefix", "start", "suffix")
+
+    def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
+        self.prefix = prefix
+        self.suffix = suffix
+        self.start = len(prefix)
+        self.end = -len(suffix)
+        self.index = index  # the choice the content belongs to
+
+    def text(self, raw: bytes) -> str | None:
+        """The content of ``raw`` (which starts with ``prefix`` and ends
+        with ``suffix``), or None when its middle is not exactly one JSON
+        string (several events, another structure, invalid UTF-8)."""
+        mid = raw[self.start : self.end]
+        try:
+            if _NOT_PLAIN_STRING(mid) is None:
+                return mid.decode()
+            text = orjson.loads(b'"' + mid + b'"')
+        except (UnicodeDecodeError, orjson.JSONDecodeError):
+            return None
+        return text if isinstance(text, str) else None
+
+    @classmethod
+    def learn(cls, raw: bytes, index: int, content: str) -> _Shape | None:
+        """The shape of ``raw``, one single-line event whose view is plain
+        ``content`` of choice ``index``; None when the content's place in
+        the bytes is not certain (the key twice, spaces before the colon,
+        an escaped quote in it)."""
+        key = raw.find(b'"content":')
+        if key < 0 or raw.find(b'"content":', key + 10) >= 0:
+            return None
+        start = key + 10
+        while raw[start : start + 1] in (b" ", b"\t"):
+            start += 1
+        if raw[start : start + 1] != b'"':
+            return None
+        end = raw.find(b'"', start + 1)
+        try:
+            if end < 0 or orjson.loads(raw[start : end + 1]) != content:
+                return None
+        except orjson.JSONDecodeError:
+            return None
+        return cls(raw[: start + 1], raw[end:], index)
+
 
 class SSESession:
     """Repair one chat-completion SSE stream.
@@ -55,22 +121,26 @@ class SSESession:
         #: The decoder, or ``_NEVER_IDLE`` once finished: one attribute
         #: test on the hot path covers both (see ``feed``).
         self._idle_decoder: SSEDecoder | _NeverIdle = self._decoder
-        self._finished = False
+        #: True once the stream is over for the client (see ``finish``).
+        #: A plain attribute: the I/O loops read it after every read.
+        self.finished = False
         #: The upstream sent ``data: [DONE]``.
         self.saw_done = False
         #: Output of a read whose later event was broken (see ``fail``).
         self._salvage = b""
+        #: The learned shape of plain-text events, or None (``_Shape``).
+        #: Only set while the decoder is idle and the stream not finished.
+        self._shape: _Shape | None = None
+        self._learned: _Shape | None = None
+        self._learns = 0
+        self._misses = 0  # events decoded since learning slowed down
 
-    @property
-    def finished(self) -> bool:
-        """True once the stream is over for the client ([DONE] sent, a cut,
-        or an error): later input is ignored."""
-        return self._finished
-
-    @finished.setter
-    def finished(self, value: bool) -> None:
-        self._finished = value
-        self._idle_decoder = _NEVER_IDLE if value else self._decoder
+    def finish(self) -> None:
+        """The stream is over for the client (``[DONE]`` sent, a cut, an
+        error): later input is ignored."""
+        self.finished = True
+        self._idle_decoder = _NEVER_IDLE
+        self._shape = None
 
     @property
     def report(self) -> Report:
@@ -82,6 +152,12 @@ class SSESession:
 
     def feed(self, data: bytes) -> bytes:
         """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
+        shape = self._shape
+        if shape is not None:
+            # The fastest path: a plain-text event shaped like an earlier one.
+            out = self._shaped(data, shape)
+            if out is not None:
+                return out
         if (
             self._idle_decoder.idle
             and data.startswith(b"data: {")
@@ -96,7 +172,29 @@ class SSESession:
             return self._batch(data)
         if self.finished:
             return b""
-        return self._events(self._decoder.feed(data))
+        return self._events(self._fed(data))
+
+    def _fed(self, data: bytes) -> list[SSEEvent]:
+        """``data`` through the SSE decoder, which may then hold a partial
+        event: the learned shape applies only while it holds none."""
+        events = self._decoder.feed(data)
+        idle = self._decoder.idle and not self.finished
+        self._shape = self._learned if idle else None
+        return events
+
+    def _shaped(self, raw: bytes, shape: _Shape) -> bytes | None:
+        """What to send for ``raw`` if it is one event of the learned shape;
+        None when it is not (or its choice has no plain-text lane now) and
+        it must be decoded."""
+        if not (raw.startswith(shape.prefix) and raw.endswith(shape.suffix)):
+            return None
+        text = shape.text(raw)
+        if text is None:
+            return None
+        outs = self.chain.feed_plain(shape.index, text, raw[6:-2])
+        if outs is None:
+            return None
+        return raw if outs is PASS_ONLY else self._sent(outs, raw)
 
     def _event(self, payload: bytes, raw: bytes) -> bytes:
         """One single-line JSON event (``raw`` is its bytes, terminator
@@ -106,10 +204,31 @@ class SSESession:
         except msgspec.ValidationError:
             view = decode_view(payload)  # the loose reading
         except msgspec.DecodeError:
-            return self._events(self._decoder.feed(raw))  # its error
+            return self._events(self._fed(raw))  # its error
         outs = self.chain.feed(view, payload)
-        if outs is PASS_ONLY:
-            return raw
+        self._learn(view, raw)
+        return raw if outs is PASS_ONLY else self._sent(outs, raw)
+
+    def _learn(self, view: ChunkView, raw: bytes) -> None:
+        """Learn the shape of ``raw`` if it is a plain-text event the
+        learned shape missed. Eagerly at first (a stream's shape changes
+        when its reasoning ends, say), then once in ``_LEARN_EVERY``
+        decoded events, so a server whose every chunk differs around the
+        content (a per-chunk nonce) costs little."""
+        if self._learns >= _EAGER_LEARNS:
+            self._misses += 1
+            if self._misses % _LEARN_EVERY:
+                return
+        plain = plain_content(view)
+        if plain is None or self.finished or not self.chain.has_lane(plain[0]):
+            return
+        self._learns += 1
+        shape = _Shape.learn(raw, *plain)
+        if shape is not None:
+            self._learned = self._shape = shape
+
+    def _sent(self, outs: list[Out], raw: bytes) -> bytes:
+        """The bytes for what the chain returned for the event ``raw``."""
         out = self._encode(outs, raw)
         if self.chain.stopped:
             out += self._stop()
@@ -123,13 +242,16 @@ class SSESession:
         pos = 0
         for block in data[:-2].split(b"\n\n"):
             end = pos + len(block) + 2
-            if self._finished:
+            if self.finished:
                 break
             try:
                 if not block.startswith(b"data: {") or b"\n" in block:
-                    out.append(self._events(self._decoder.feed(data[pos:])))
+                    out.append(self._events(self._fed(data[pos:])))
                     break
-                out.append(self._event(block[6:], data[pos:end]))
+                raw = data[pos:end]
+                shape = self._shape
+                shaped = None if shape is None else self._shaped(raw, shape)
+                out.append(self._event(block[6:], raw) if shaped is None else shaped)
             except UpstreamProtocolError:
                 # The events before the broken one are not lost (``fail``).
                 self._salvage = b"".join(out) + self._salvage
@@ -138,7 +260,7 @@ class SSESession:
         return b"".join(out)
 
     def _stop(self) -> bytes:
-        self.finished = True
+        self.finish()
         return self._encode(self.chain.close(), b"") + DONE_EVENT
 
     def close(self) -> bytes:
@@ -165,7 +287,7 @@ class SSESession:
         that died): release what can be released, then an error event."""
         if self.finished:
             return b""
-        self.finished = True
+        self.finish()
         try:
             flushed = self._encode(self.chain.close(), b"")
         except Exception:  # the chain is already in a broken state
@@ -192,7 +314,7 @@ class SSESession:
                 self.saw_done = True
                 out.append(self._encode(chain.close(), b""))
                 out.append(ev.raw)
-                self.finished = True
+                self.finish()
                 continue
             try:
                 view = decode_view(data)

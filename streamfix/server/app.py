@@ -1028,7 +1028,7 @@ class Proxy:
         except Exception:  # a bug of ours: end the stream cleanly, loudly in the log
             log.exception("internal error while repairing a stream from %s", up.name)
             error = "internal error"
-            session.finished = True
+            session.finish()
             tail = error_event("streamfix internal error", "internal_error")
         finally:
             self.metrics.count_report(session.report.counts)
