@@ -222,18 +222,17 @@ class Chain:
             return None
         assert st is not None
         self._template_src = original
-        i = 0
         for accepts in lane:
             if not accepts(content):
                 break
-            i += 1
         else:
             if not st.saw_output and content:
                 st.saw_output = True
             return PASS_ONLY
         if ch is None:
             ch = ChoiceView(index=index, delta=DeltaView(content=content))
-        d, changed = self._feed_choice(ch, start=st.lane_pos[i])
+        # The steps before the one that declined took the text on the lane.
+        d, changed = self._feed_choice(ch, start=st.lane_pos[lane.index(accepts)])
         if not changed:
             return PASS_ONLY
         return self._changed(original, [(ch, d)])

@@ -67,19 +67,6 @@ class _Shape:
         self.end = -len(suffix)
         self.index = index  # the choice the content belongs to
 
-    def text(self, raw: bytes) -> str | None:
-        """The content of ``raw`` (which starts with ``prefix`` and ends
-        with ``suffix``), or None when its middle is not exactly one JSON
-        string (several events, another structure, invalid UTF-8)."""
-        mid = raw[self.start : self.end]
-        try:
-            if _NOT_PLAIN_STRING(mid) is None:
-                return mid.decode()
-            text = orjson.loads(b'"' + mid + b'"')
-        except (UnicodeDecodeError, orjson.JSONDecodeError):
-            return None
-        return text if isinstance(text, str) else None
-
     @classmethod
     def learn(cls, raw: bytes, index: int, content: str) -> _Shape | None:
         """The shape of ``raw``, one single-line event whose view is plain
@@ -188,8 +175,17 @@ class SSESession:
         it must be decoded."""
         if not (raw.startswith(shape.prefix) and raw.endswith(shape.suffix)):
             return None
-        text = shape.text(raw)
-        if text is None:
+        # The middle must be exactly one JSON string (not several events,
+        # another structure, invalid UTF-8); most need no unescaping.
+        mid = raw[shape.start : shape.end]
+        try:
+            if _NOT_PLAIN_STRING(mid) is None:
+                text = mid.decode()
+            else:
+                text = orjson.loads(b'"' + mid + b'"')
+                if not isinstance(text, str):
+                    return None
+        except (UnicodeDecodeError, orjson.JSONDecodeError):
             return None
         outs = self.chain.feed_plain(shape.index, text, raw[6:-2])
         if outs is None:
