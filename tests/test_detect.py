@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from streamfix.context import Context
 from streamfix.delta import Delta
-from streamfix.transforms.detect import MAX_GAP_WS, ToolTagDetector
+from streamfix.session import SSESession
+from streamfix.transforms.detect import MAX_GAP_WS, QUIET_LEN, QUIET_MAX, ToolTagDetector
 
 from .detectutil import check_split_invariant, result, run_parts, run_pieces
-from .streamutil import CAPTURES, SHAPES_REQUEST, fix_text, split_bytes, tool
+from .streamutil import CAPTURES, SHAPES_REQUEST, fix_text, split_bytes, text_stream, tool
 
 LO = '{"name": "lookup_order", "arguments": {"order_id": "A-1"}}'
 
@@ -152,7 +153,7 @@ def test_cut_off_call_is_neither_call_nor_text(text: str) -> None:
     before = (
         text.split("<")[0]
         if text.startswith("Let")
-        else text.split("\n")[0]
+        else text.split("\n")[0] + "\n"
         if text.startswith("Sure")
         else ""
     )
@@ -264,10 +265,10 @@ def test_marker_prefix_held_then_released() -> None:
     d.feed(Delta(content="Hi"))
     dl = Delta(content=" <tool_")
     d.feed(dl)
-    assert dl.content == ""
+    assert dl.content == " "  # blanks after text are content, not held
     dl = Delta(content="box> ok")
     d.feed(dl)
-    assert dl.content == " <tool_box> ok"
+    assert dl.content == "<tool_box> ok"
 
 
 ALPHABET = st.sampled_from(
@@ -329,7 +330,21 @@ def test_hold_back_bound(tokens: list[str], sizes: list[int]) -> None:
 
 def test_hold_bound_is_longest_prefix_plus_gap() -> None:
     d = detector()
-    assert d.hold_bound == MAX_GAP_WS + d.m.maxlen - 1
+    assert d.hold_bound == MAX_GAP_WS + d.m.maxlen - 1  # layout at the reply's start
+    d.feed(Delta(content="Hi"))
+    assert d.hold_bound == d.m.maxlen - 1  # after text: only a marker's prefix
+
+
+def test_blanks_after_text_are_not_held() -> None:
+    """Newline and indentation tokens after text go out at once, as the
+    upstream's own bytes: only a marker's prefix is held."""
+    pieces = ["Steps:", "\n\n", "1.", " Open", "\n", "   ", " it", "\n"]
+    stream = text_stream(pieces)
+    session = SSESession(SHAPES_REQUEST)
+    events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
+    outs = [session.feed(e) for e in events]
+    for piece, event, out in zip(pieces, events[1:], outs[1:], strict=False):
+        assert out == event, piece
 
 
 # -- several calls, text kept verbatim ---------------------------------------
@@ -342,7 +357,7 @@ def test_text_between_calls_is_kept_in_order() -> None:
     )
     got = check_split_invariant(text)
     assert got == (
-        "First:\nthen **this** text,\nand finally `code`.",
+        "First:\n\nthen **this** text,\n\nand finally `code`.",
         "",
         [("lookup_order", {"order_id": "A-1"}), ("refresh_cache", {})],
         "tool_calls",
@@ -426,7 +441,7 @@ def test_code_fence_is_released_as_it_streams(opening: str) -> None:
         dl = Delta(content=piece)
         d.feed(dl)
         released += dl.content or ""
-    assert released.startswith("\n" + opening)  # the blank line was held
+    assert released.startswith(opening)
     assert "lookup_order(order_id='A-1')\n" in released
     assert not d.in_region
 
@@ -440,4 +455,24 @@ def test_a_marker_that_starts_like_a_line_start_marker_is_held_mid_line() -> Non
     for pieces in ([text], list(text), [text[:9], text[9:]]):
         a = fix_text(pieces)
         assert a.calls() == [("lookup_order", {"order_id": "F-6"})]
-        assert a.content == "Before. Done."
+        assert a.content == "Before.  Done."  # the text around the call, verbatim
+
+
+def test_quiet_memo_is_bounded_and_only_remembers_scan_misses() -> None:
+    """``Matcher.quiet`` stands in for the scan on pieces seen before: it
+    holds only short pieces the scan found nothing in, never more than
+    ``QUIET_MAX``, and a remembered piece still reads as it did."""
+    d = detector()
+    m = d.m
+    m.quiet.clear()
+    for i in range(QUIET_MAX + 10):
+        assert m.is_quiet(f" w{i}")
+        assert len(m.quiet) <= QUIET_MAX
+    assert not m.is_quiet(" <tool_") and " <tool_" not in m.quiet
+    assert not m.is_quiet(" lookup_ord") and " lookup_ord" not in m.quiet
+    long_piece = "x" * (QUIET_LEN + 1)
+    assert m.is_quiet(long_piece) and long_piece not in m.quiet
+    # A remembered piece goes through the lane exactly as a new one would.
+    d.feed(Delta(content="Hi"))
+    assert d.feed_text(" w5") and d.feed_text(" w5")
+    assert not d.feed_text(" lookup_ord")

@@ -48,9 +48,12 @@ from ..delta import Delta, ToolCall
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import resolve_name
 
-#: Blanks held just before a possible call: the newline between "Saving
-#: that now." and the call that follows it is layout, not content. Longer
-#: runs of blanks are released (their tail is still held).
+#: Blanks held where they are layout if a call follows: at the start of
+#: the reply and right after a call (dropped when a call or the end
+#: follows). Longer runs are released (their tail is still held). Blanks
+#: after text are released at once, as vLLM's parsers do: holding them
+#: would hold every newline token of a reply, and a newline before a call
+#: is harmless content.
 MAX_GAP_WS = 32
 
 #: Matchers kept per distinct set of offered tool names (requests of one
@@ -71,6 +74,13 @@ UNRECOGNISED = re.compile(
 #: not searched. Text kept between pieces so a token split over two chunks
 #: is still seen: at most this long.
 _CARRY_MAX = 64
+#: ``Matcher.quiet``: pieces of text remembered as holding no marker and no
+#: marker prefix. Model output is made of a few thousand distinct tokens,
+#: so most pieces are seen again: a set lookup then stands in for the scan.
+#: Only pieces this short are kept; at this many the set starts over (so it
+#: follows what the streams now say, at O(1) amortised cost).
+QUIET_LEN = 24
+QUIET_MAX = 8192
 
 
 def _trie(words: Iterable[str]) -> dict[str, Any]:
@@ -117,6 +127,7 @@ class Matcher:
         "line_start",
         "maxlen",
         "prefixes",
+        "quiet",
         "scan",
         "tail",
     )
@@ -156,6 +167,20 @@ class Matcher:
             mk for mk, fs in self.groups.items() if all(f.line_start for f in fs)
         )
         self.lead_prefixes = _prefixes(every)
+        #: Texts ``scan`` finds nothing in (see ``QUIET_LEN``); shared by
+        #: every stream with these tools, filled as they run.
+        self.quiet: set[str] = set()
+
+    def is_quiet(self, text: str) -> bool:
+        """Whether ``scan`` finds nothing in ``text`` (remembered for short
+        texts: ``QUIET_LEN``)."""
+        if self.scan.search(text) is not None:
+            return False
+        if len(text) <= QUIET_LEN:
+            if len(self.quiet) >= QUIET_MAX:
+                self.quiet.clear()
+            self.quiet.add(text)
+        return True
 
 
 _matchers: dict[tuple[str, ...], Matcher] = {}
@@ -200,7 +225,7 @@ class ToolTagDetector:
         "_parts",
         "_plain",
         "_prev",
-        "_scan_search",
+        "_quiet",
         "_since_call",
         "_size",
         "_truncated",
@@ -211,7 +236,7 @@ class ToolTagDetector:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.m = matcher_for(ctx.tools)
-        self._scan_search = self.m.scan.search
+        self._quiet = self.m.quiet
         #: Outside any region, nothing held, past the reply's start: the
         #: state in which ``feed_text`` can pass text through.
         self._plain = False
@@ -240,9 +265,10 @@ class ToolTagDetector:
 
     @property
     def hold_bound(self) -> int:
-        """The most ``held`` can be: blanks before a marker plus the longest
-        proper prefix of a marker."""
-        return MAX_GAP_WS + self.m.maxlen - 1
+        """The most ``held`` can be now: the longest proper prefix of a
+        marker, after blanks that are layout (``MAX_GAP_WS``)."""
+        gap = MAX_GAP_WS if self._leading or self._since_call else 0
+        return gap + self.m.maxlen - 1
 
     @property
     def in_region(self) -> bool:
@@ -259,11 +285,15 @@ class ToolTagDetector:
         if not self._plain:
             return False
         last = text[-1]
-        if last.isspace():
-            return False  # blanks before a possible call are held: feed()
-        if self._scan_search(text) is not None and self._search(text) is not None:
+        blank = last.isspace()
+        if blank and self._since_call:
+            return False  # blanks after a call are held: feed()
+        if text not in self._quiet and not self.m.is_quiet(text) and self._search(text) is not None:
             return False  # a marker or a marker's prefix: feed()
-        # Released as is (``_release`` inlined: this is the hot path).
+        if blank:
+            self._note(text)
+            return True
+        # Released as is (``_note`` inlined: this is the hot path).
         self._prev = last
         self._since_call = False
         self._line_blank = False  # ``last`` is not blank
@@ -385,9 +415,9 @@ class ToolTagDetector:
         return None
 
     def _hold(self, s: str, at: int, out: list[str]) -> None:
-        """Release ``s`` up to ``at`` less the blanks before it; hold the rest."""
-        if at > 0 and s[at - 1].isspace():
-            at = _trailing_ws(s, at)
+        """Release ``s`` up to ``at`` (less the blanks before it, where
+        they are layout); hold the rest."""
+        at = self._layout_from(s, at)
         if at >= len(s):
             self._release(out, s)
         else:
@@ -395,10 +425,22 @@ class ToolTagDetector:
                 self._release(out, s[:at])
             self._held = s[at:]
 
+    def _layout_from(self, s: str, at: int) -> int:
+        """Where the blanks just before ``s[at]`` start, if they are layout
+        (``MAX_GAP_WS``: at the reply's start or after a call, with nothing
+        but blanks before them in ``s``); else ``at``."""
+        if not (at and s[at - 1].isspace() and (self._leading or self._since_call)):
+            return at
+        gap_at = _trailing_ws(s, at)
+        return gap_at if not gap_at or s[:gap_at].isspace() else at
+
     def _release(self, out: list[str], text: str) -> None:
-        if not text:
-            return
-        out.append(text)
+        if text:
+            out.append(text)
+            self._note(text)
+
+    def _note(self, text: str) -> None:
+        """Take released ``text`` into the state the next scan needs."""
         self._prev = text[-1]
         nl = text.rfind("\n")
         tail = text[nl + 1 :]
@@ -422,7 +464,7 @@ class ToolTagDetector:
     # -- regions -----------------------------------------------------------
 
     def _start(self, s: str, start: int, marker: str, out: list[str]) -> str:
-        gap_at = _trailing_ws(s, start)
+        gap_at = self._layout_from(s, start)
         if gap_at:
             self._release(out, s[:gap_at])
         self._gap = s[gap_at:start]
@@ -526,9 +568,11 @@ class ToolTagDetector:
             self._truncated = True
             report.count("dropped_call.truncated")
             self._since_call = True
-        elif (verdict == "none" and failed.wrapped) or (
-            verdict == "unoffered" and failed.markup_if_unoffered
-        ) or (verdict == "bad_arguments" and failed.wrapped):
+        elif (
+            (verdict == "none" and failed.wrapped)
+            or (verdict == "unoffered" and failed.markup_if_unoffered)
+            or (verdict == "bad_arguments" and failed.wrapped)
+        ):
             kind = "unoffered_call" if verdict == "unoffered" else "unparsed_call"
             report.count(f"stripped.{kind}")
             report.sample_unrecognised(region)
