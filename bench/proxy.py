@@ -11,11 +11,17 @@ event loop, no repair), and ``streamfix serve``. In one run:
   ``time.monotonic_ns()`` in a vendor field; the client subtracts on
   arrival (CLOCK_MONOTONIC is system-wide on Linux). Reported: p50 and
   p99 per path, and what each proxy adds over the direct path.
+  Each stamped chunk also carries per-token ``logprobs``: no two chunks
+  have the same bytes around their content.
 - **Throughput, 32 concurrent streams.** The upstream sends as fast as it
-  can; chunks per second over all streams, per path.
+  can; chunks per second over all streams, per path. These chunks have the
+  same bytes around the content, as servers send them when no logprobs are
+  asked (``--logprobs``: stamped chunks like the latency run's instead).
 - **Vendor fields.** Every chunk's unowned fields (``system_fingerprint``,
   ``logprobs``, ``x_vendor``, the stamp) must reach the client unchanged.
 
+Both are measured in ``--rounds`` rounds that take the paths in turn, so a
+slow moment of the machine falls on all of them; medians are reported.
 The request offers tools, so every chunk goes through the whole chain
 (reasoning, repetition, detector, residue), not just the no-tools lane.
 Bounded: about 15-30 s on two shared cores.
@@ -115,26 +121,39 @@ WORDS = [" " + random.Random(i).choice(_VOCAB) for i in range(4096)]
 #: chunk per token (vLLM, llama.cpp flush each); ``--batch`` raises it to
 #: see the case where every network read carries many chunks.
 BATCH = 1
+#: ``--logprobs``: the throughput run's chunks are stamped and carry
+#: per-token logprobs, like the latency run's (no two alike).
+LOGPROBS = False
 
 
 def _word(i: int) -> str:
     return WORDS[i % len(WORDS)]
 
 
-def _chunk(i: int, stamp: int) -> bytes:
+def _chunk(i: int, stamp: int | None) -> bytes:
+    """Chunk ``i``. Stamped (the latency run): its sequence number and send
+    time in a vendor field, and per-token ``logprobs``, so every chunk's
+    bytes differ around the content. Unstamped (the throughput run, unless
+    ``--logprobs``): the same bytes around the content in every chunk,
+    as vLLM, llama.cpp and Ollama send them when no logprobs are asked."""
     word = _word(i)
+    varying = stamp is not None
     obj = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
         "created": 1,
         "model": "bench",
         "system_fingerprint": "fp_bench",
-        "x_vendor": {"seq": i, "t": stamp},
+        "x_vendor": {"seq": i, "t": stamp} if varying else {"region": "eu"},
         "choices": [
             {
                 "index": 0,
                 "delta": {"content": word},
-                "logprobs": {"content": [{"token": word, "logprob": -0.5, "bytes": None}]},
+                "logprobs": (
+                    {"content": [{"token": word, "logprob": -0.5, "bytes": None}]}
+                    if varying
+                    else None
+                ),
                 "finish_reason": None,
             }
         ],
@@ -170,9 +189,10 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
                 await resp.write(_chunk(i, now()))
         else:
             batch = BATCH
+            stamp = now if body.get("x_logprobs") else lambda: None
             for start in range(0, n, batch):
                 await resp.write(
-                    b"".join(_chunk(i, now()) for i in range(start, min(n, start + batch)))
+                    b"".join(_chunk(i, stamp()) for i in range(start, min(n, start + batch)))
                 )
         await resp.write(_FINISH)
     except ConnectionResetError:
@@ -237,6 +257,7 @@ def _req(chunks: int, pace_ms: float, tools: bool = True) -> dict[str, Any]:
         "messages": [{"role": "user", "content": "Where is my order?"}],
         "x_chunks": chunks,
         "x_pace_ms": pace_ms,
+        "x_logprobs": LOGPROBS,
     }
     if tools:
         req["tools"] = TOOLS
@@ -245,8 +266,7 @@ def _req(chunks: int, pace_ms: float, tools: bool = True) -> dict[str, Any]:
 
 class _Check:
     """Every chunk's fields that streamfix does not own arrive unchanged;
-    the content (which streamfix may re-split between chunks, e.g. to
-    hold a trailing space) adds up to the same text."""
+    the content adds up to the same text."""
 
     def __init__(self) -> None:
         self.chunks = 0
@@ -258,11 +278,16 @@ class _Check:
         if xv is None:
             return
         self.chunks += 1
-        word = _word(xv["seq"])
         ch = obj["choices"][0]
-        ok = obj.get("system_fingerprint") == "fp_bench" and ch.get("logprobs") == {
-            "content": [{"token": word, "logprob": -0.5, "bytes": None}]
-        }
+        if "seq" in xv:
+            word = _word(xv["seq"])
+            logprobs = {"content": [{"token": word, "logprob": -0.5, "bytes": None}]}
+        else:
+            logprobs = None
+            if xv != {"region": "eu"}:
+                self.bad += 1
+                return
+        ok = obj.get("system_fingerprint") == "fp_bench" and ch.get("logprobs") == logprobs
         self.bad += not ok
 
     def text(self, content: str, n: int) -> None:
@@ -358,40 +383,69 @@ async def _measure(
         # warm up every path (connections, imports, JIT-free but caches)
         for url in paths.values():
             await _stream(session, url, 50, 0, None, _Check())
-        for name, url in paths.items():
-            check = _Check()
-            lat: list[tuple[int, float]] = []
-            first: list[float] = []
-            tools = not args.no_tools
-            for _ in range(args.latency_streams):
-                await _stream(
-                    session, url, args.latency_chunks, args.pace, lat, check, tools, first
+        checks = {name: _Check() for name in paths}
+        lat: dict[str, list[tuple[int, float]]] = {name: [] for name in paths}
+        first: dict[str, list[float]] = {name: [] for name in paths}
+        rates: dict[str, list[float]] = {name: [] for name in paths}
+        cpu: dict[str, float | None] = {name: 0.0 for name in paths}
+        sent = dict.fromkeys(paths, 0)
+        complete = dict.fromkeys(paths, True)
+        tools = not args.no_tools
+        # Rounds, each path in turn, so that a slow moment of the machine
+        # falls on all paths alike; chunks/s is the median round.
+        for _ in range(args.rounds):
+            for name, url in paths.items():
+                for _ in range(args.latency_streams):
+                    await _stream(
+                        session,
+                        url,
+                        args.latency_chunks,
+                        args.pace,
+                        lat[name],
+                        checks[name],
+                        tools,
+                        first[name],
+                    )
+                cpu0 = _cpu_seconds(pids.get(name))
+                t0 = time.perf_counter()
+                counts = await asyncio.gather(
+                    *(
+                        _stream(session, url, args.chunks, 0, None, checks[name], tools)
+                        for _ in range(args.streams)
+                    )
                 )
-            cpu0 = _cpu_seconds(pids.get(name))
-            t0 = time.perf_counter()
-            counts = await asyncio.gather(
-                *(
-                    _stream(session, url, args.chunks, 0, None, check, tools)
-                    for _ in range(args.streams)
+                wall = time.perf_counter() - t0
+                cpu1 = _cpu_seconds(pids.get(name))
+                used = cpu[name]
+                cpu[name] = (
+                    used + cpu1 - cpu0
+                    if used is not None and cpu0 is not None and cpu1 is not None
+                    else None
                 )
-            )
-            wall = time.perf_counter() - t0
-            cpu1 = _cpu_seconds(pids.get(name))
-            cpu = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
+                sent[name] += sum(counts)
+                rates[name].append(sum(counts) / wall)
+                complete[name] = complete[name] and all(c == args.chunks for c in counts)
+        for name in paths:
+            values = [v for _, v in lat[name]]
+            steady_values = [v for i, v in lat[name] if i >= steady]
+            used = cpu[name]
+            check = checks[name]
             results[name] = {
                 # CPU the proxy process spent per chunk in the throughput
-                # run: robust to other load on the machine, unlike chunks/s
-                "proxy_cpu_us_per_chunk": cpu / sum(counts) * 1e6 if cpu is not None else None,
-                "p50_us": statistics.median(v for _, v in lat),
-                "p99_us": _pct([v for _, v in lat], 0.99),
-                "steady_p50_us": statistics.median(v for i, v in lat if i >= steady),
-                "steady_p99_us": _pct([v for i, v in lat if i >= steady], 0.99),
-                "first_chunk_us": statistics.median(first),
-                "chunks_per_s": sum(counts) / wall,
+                # runs: robust to other load on the machine, unlike chunks/s
+                "proxy_cpu_us_per_chunk": (
+                    used / sent[name] * 1e6 if used is not None and name in pids else None
+                ),
+                "p50_us": statistics.median(values),
+                "p99_us": _pct(values, 0.99),
+                "steady_p50_us": statistics.median(steady_values),
+                "steady_p99_us": _pct(steady_values, 0.99),
+                "first_chunk_us": statistics.median(first[name]),
+                "chunks_per_s": statistics.median(rates[name]),
                 "chunks_checked": check.chunks,
                 "vendor_mismatches": check.bad,
                 "text_mismatches": check.bad_text,
-                "complete": all(c == args.chunks for c in counts),
+                "complete": complete[name],
             }
     return results
 
@@ -407,7 +461,12 @@ def main() -> int:
         "--streams", type=int, default=32, help="concurrent streams in the throughput run"
     )
     p.add_argument("--latency-chunks", type=int, default=600, help="chunks per latency stream")
-    p.add_argument("--latency-streams", type=int, default=2, help="latency streams per path")
+    p.add_argument(
+        "--latency-streams", type=int, default=1, help="latency streams per path and round"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=5, help="rounds over the three paths (medians are kept)"
+    )
     p.add_argument("--pace", type=float, default=1.0, help="ms between chunks in the latency run")
     p.add_argument(
         "--batch", type=int, default=1, help="chunks per upstream write (throughput run)"
@@ -415,13 +474,19 @@ def main() -> int:
     p.add_argument(
         "--no-tools", action="store_true", help="requests without tools (the plain lane)"
     )
+    p.add_argument(
+        "--logprobs",
+        action="store_true",
+        help="throughput chunks carry a stamp and per-token logprobs (every chunk differs)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--serve", choices=["upstream", "passthrough"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--upstream", help=argparse.SUPPRESS)
     args = p.parse_args()
-    global BATCH
+    global BATCH, LOGPROBS
     BATCH = args.batch
+    LOGPROBS = args.logprobs
     if args.serve:
         _serve(args.serve, args.port, args.upstream)
         return 0
@@ -484,7 +549,7 @@ def main() -> int:
         for url in paths.values():
             await _wait(url, deadline)
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
-        res = await asyncio.wait_for(_measure(paths, args, pids), 50)
+        res = await asyncio.wait_for(_measure(paths, args, pids), 120)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         return res
 
@@ -532,7 +597,9 @@ def main() -> int:
         print(json.dumps({"paths": results, "summary": summary}, indent=2))
         return 0
     lane = "without tools" if args.no_tools else "with tools (whole chain)"
+    kind = "stamped, with logprobs" if args.logprobs else "alike around the content"
     print(f"requests {lane}; upstream writes {args.batch} chunk(s) per write")
+    print(f"throughput chunks: {kind}")
     head = f"{'path':<12} {'p50 µs':>9} {'p99 µs':>9} {'steady p50':>10} {'steady p99':>10}"
     tput = f"chunks/s @{args.streams}"
     print(f"{head} {'1st chunk µs':>12} {tput:>15} {'vendor ok':>12} {'text':>5}")

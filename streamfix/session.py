@@ -58,13 +58,14 @@ class _Shape:
     string. ``_learn`` makes one from a decoded event.
     """
 
-    __slots__ = ("end", "index", "prefix", "start", "suffix")
+    __slots__ = ("end", "index", "prefix", "size", "start", "suffix")
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
         self.prefix = prefix
         self.suffix = suffix
         self.start = len(prefix)
-        self.end = -len(suffix)
+        self.end = len(suffix)
+        self.size = self.start + self.end  # the shortest event of the shape
         self.index = index  # the choice the content belongs to
 
     @classmethod
@@ -140,26 +141,52 @@ class SSESession:
     def feed(self, data: bytes) -> bytes:
         """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
         shape = self._shape
-        if shape is not None:
-            # The fastest path: a plain-text event shaped like an earlier one.
-            out = self._shaped(data, shape)
-            if out is not None:
-                return out
         if (
-            self._idle_decoder.idle
-            and data.startswith(b"data: {")
-            and data.endswith(b"\n\n")
-            and data.find(b"\r", 7) < 0
+            shape is not None
+            and data.startswith(shape.prefix)
+            and data.endswith(shape.suffix)
+            and len(data) >= shape.size
         ):
-            # The fast paths: this read is whole single-line JSON events,
+            # The fastest path: one plain-text event of the learned shape.
+            outs = self._shaped(data, 0, len(data), shape)
+            if outs is not None:
+                return data if outs is PASS_ONLY else self._sent(outs, data)
+        if self._idle_decoder.idle and data.startswith(b"data: {") and data.find(b"\r", 7) < 0:
+            # The fast paths: this read starts with a single-line JSON event,
             # LF only, nothing buffered (what token-by-token servers send).
             # Same result as the general path, minus the framing work.
-            if data.find(b"\n", 7) == len(data) - 2:  # exactly one event
-                return self._event(data[6:-2], data)
-            return self._batch(data)
+            if data.endswith(b"\n\n"):
+                if data.find(b"\n", 7) == len(data) - 2:  # exactly one event
+                    out = self._event(data, 0, len(data))
+                    return data if out is None else out
+                return self._batch(data)
+            # A large read that ends inside an event: the whole events
+            # first, then the rest through the decoder, which keeps it.
+            cut = data.rfind(b"\n\n") + 2
+            if cut > 2:
+                return self._then(self._batch(data[:cut]), data[cut:])
         if self.finished:
             return b""
+        end = self._decoder.pending_end(data)
+        if end > 0:
+            # A read that ends the event the previous one began: that event
+            # whole, then the rest as a read of its own (often whole events
+            # again: the fast path).
+            raw = self._decoder.complete(data[:end])
+            self._shape = self._learned
+            return self._then(self.feed(raw), data[end:])
         return self._events(self._fed(data))
+
+    def _then(self, out: bytes, rest: bytes) -> bytes:
+        """``out``, then what the rest of the same read gives. If the rest
+        is broken, ``out`` is not lost (``fail`` sends it first)."""
+        if self.finished or not rest:
+            return out
+        try:
+            return out + self.feed(rest)
+        except UpstreamProtocolError:
+            self._salvage = out + self._salvage
+            raise
 
     def _fed(self, data: bytes) -> list[SSEEvent]:
         """``data`` through the SSE decoder, which may then hold a partial
@@ -169,15 +196,14 @@ class SSESession:
         self._shape = self._learned if idle else None
         return events
 
-    def _shaped(self, raw: bytes, shape: _Shape) -> bytes | None:
-        """What to send for ``raw`` if it is one event of the learned shape;
-        None when it is not (or its choice has no plain-text lane now) and
-        it must be decoded."""
-        if not (raw.startswith(shape.prefix) and raw.endswith(shape.suffix)):
-            return None
+    def _shaped(self, data: bytes, pos: int, end: int, shape: _Shape) -> list[Out] | None:
+        """What the chain returns for ``data[pos:end]``, which starts with
+        the shape's prefix and ends with its suffix (the caller checked), if
+        it is one event of the shape (read without a JSON decode); None if
+        it is not (or its choice has no plain-text lane now): decode it."""
         # The middle must be exactly one JSON string (not several events,
         # another structure, invalid UTF-8); most need no unescaping.
-        mid = raw[shape.start : shape.end]
+        mid = data[pos + shape.start : end - shape.end]
         try:
             if _NOT_PLAIN_STRING(mid) is None:
                 text = mid.decode()
@@ -187,34 +213,35 @@ class SSESession:
                     return None
         except (UnicodeDecodeError, orjson.JSONDecodeError):
             return None
-        outs = self.chain.feed_plain(shape.index, text, raw[6:-2])
-        if outs is None:
-            return None
-        return raw if outs is PASS_ONLY else self._sent(outs, raw)
+        return self.chain.feed_plain(shape.index, text, data[pos + 6 : end - 2])
 
-    def _event(self, payload: bytes, raw: bytes) -> bytes:
-        """One single-line JSON event (``raw`` is its bytes, terminator
-        included) through the chain."""
+    def _event(self, data: bytes, pos: int, end: int) -> bytes | None:
+        """The single-line JSON event ``data[pos:end]`` (terminator
+        included), decoded, through the chain: the bytes to send for it,
+        or None to send it unchanged."""
+        payload = data[pos + 6 : end - 2]
         try:
             view = _decode(payload)
         except msgspec.ValidationError:
             view = decode_view(payload)  # the loose reading
         except msgspec.DecodeError:
-            return self._events(self._fed(raw))  # its error
+            return self._events(self._fed(data[pos:end]))  # its error
         outs = self.chain.feed(view, payload)
-        self._learn(view, raw)
-        return raw if outs is PASS_ONLY else self._sent(outs, raw)
+        if self._learns < _EAGER_LEARNS or self._learn_due():
+            self._learn(view, data[pos:end])
+        return None if outs is PASS_ONLY else self._sent(outs, data[pos:end])
+
+    def _learn_due(self) -> bool:
+        """Once the first ``_EAGER_LEARNS`` shapes are learned, learning is
+        tried once in ``_LEARN_EVERY`` decoded events: a server whose
+        every chunk differs around the content (a per-chunk nonce) then
+        costs little."""
+        self._misses += 1
+        return self._misses % _LEARN_EVERY == 0
 
     def _learn(self, view: ChunkView, raw: bytes) -> None:
-        """Learn the shape of ``raw`` if it is a plain-text event the
-        learned shape missed. Eagerly at first (a stream's shape changes
-        when its reasoning ends, say), then once in ``_LEARN_EVERY``
-        decoded events, so a server whose every chunk differs around the
-        content (a per-chunk nonce) costs little."""
-        if self._learns >= _EAGER_LEARNS:
-            self._misses += 1
-            if self._misses % _LEARN_EVERY:
-                return
+        """Learn the shape of ``raw`` if it is a plain-text event (eagerly
+        at first: a stream's shape changes when its reasoning ends, say)."""
         plain = plain_content(view)
         if plain is None or self.finished or not self.chain.has_lane(plain[0]):
             return
@@ -231,28 +258,52 @@ class SSESession:
         return out
 
     def _batch(self, data: bytes) -> bytes:
-        """Several events in one read: each single-line JSON event takes the
-        fast path; from the first other block on (``[DONE]``, a comment,
-        a multi-line event) the rest goes through the decoder, in order."""
+        """Several events in one read (``data`` ends with a blank line):
+        each single-line JSON event takes the fast path; from the first
+        other block on (``[DONE]``, a comment, a multi-line event) the rest
+        goes through the decoder, in order. Runs of events sent unchanged
+        go out as one slice of ``data``."""
         out: list[bytes] = []
-        pos = 0
-        for block in data[:-2].split(b"\n\n"):
-            end = pos + len(block) + 2
-            if self.finished:
-                break
-            try:
-                if not block.startswith(b"data: {") or b"\n" in block:
-                    out.append(self._events(self._fed(data[pos:])))
-                    break
-                raw = data[pos:end]
+        run = pos = 0  # data[run:pos]: events to send unchanged, not yet in out
+        size = len(data)
+        try:
+            while pos < size and not self.finished:
+                # The event's first line end (``data`` ends with a blank
+                # line, so there is one): a single-line event ends there.
+                nl = data.find(b"\n", pos)
+                end = nl + 2
+                single = data[nl + 1] == 10  # no second line
                 shape = self._shape
-                shaped = None if shape is None else self._shaped(raw, shape)
-                out.append(self._event(block[6:], raw) if shaped is None else shaped)
-            except UpstreamProtocolError:
-                # The events before the broken one are not lost (``fail``).
-                self._salvage = b"".join(out) + self._salvage
-                raise
-            pos = end
+                outs = None
+                if (
+                    single
+                    and shape is not None
+                    and end - pos >= shape.size
+                    and data.startswith(shape.prefix, pos)
+                    and data.endswith(shape.suffix, pos, end)
+                ):
+                    outs = self._shaped(data, pos, end, shape)
+                if outs is not None:
+                    sent = None if outs is PASS_ONLY else self._sent(outs, data[pos:end])
+                elif single and data.startswith(b"data: {", pos):
+                    sent = self._event(data, pos, end)
+                else:
+                    out.append(data[run:pos])
+                    rest = data[pos:]
+                    run = pos = size
+                    out.append(self._events(self._fed(rest)))
+                    break
+                if sent is not None:
+                    out.append(data[run:pos])
+                    out.append(sent)
+                    run = end
+                pos = end
+        except UpstreamProtocolError:
+            # The events before the broken one are not lost (``fail``).
+            self._salvage = b"".join(out) + data[run:pos] + self._salvage
+            raise
+        if run < pos:
+            out.append(data[run:pos])
         return b"".join(out)
 
     def _stop(self) -> bytes:

@@ -90,6 +90,28 @@ class SSEDecoder:
             raise self._too_large(size)
         return events
 
+    def pending_end(self, data: bytes) -> int:
+        """Where in ``data`` (the next read) the event whose start is
+        buffered ends, just past its blank line; -1 when nothing is
+        buffered, the event does not end in ``data``, or the stream is not
+        LF-only (the session then feeds the whole read)."""
+        buf = self._buf
+        if not buf or self._general or not self._started:
+            return -1
+        if buf.endswith(b"\n") and data.startswith(b"\n"):
+            return 1
+        end = data.find(b"\n\n")
+        return -1 if end < 0 else end + 2
+
+    def complete(self, head: bytes) -> bytes:
+        """The buffered start of an event plus ``head``, the bytes that end
+        it (``pending_end``): the event's raw bytes, handed back to be
+        read as a whole event; nothing is buffered after."""
+        raw = self._buf + head
+        self._buf = b""
+        self.idle = True
+        return raw
+
     def _too_large(self, size: int) -> UpstreamProtocolError:
         return UpstreamProtocolError(
             f"SSE event larger than {self._max} bytes ({size} buffered with no end of event)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -294,3 +295,47 @@ def test_batched_reads_are_the_same_as_one_event_per_read(texts: list[str], per_
     one_by_one = [sse([chunk(role="assistant")], done=False), *events]
     assert run_sse(reads, WEATHER) == run_sse(one_by_one, WEATHER)
     assert run_sse(reads, None) == b"".join(reads)
+
+
+@given(
+    st.lists(st.text(max_size=6), min_size=1, max_size=40),
+    st.integers(20, 400),
+    st.sampled_from([None, WEATHER]),
+)
+def test_reads_cut_inside_events_are_the_same_as_one_event_per_read(
+    texts: list[str], size: int, request: dict[str, Any] | None
+) -> None:
+    """Large reads that begin and end inside an event (what a proxy reads
+    from a fast upstream): the same bytes out as one event per read."""
+    events = [sse([chunk(role="assistant")], done=False)]
+    events += [sse([chunk(t)], done=False) for t in texts] + [b"data: [DONE]\n\n"]
+    data = b"".join(events)
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
+    assert run_sse(reads, request) == run_sse(events, request)
+
+
+def test_only_the_event_cut_between_reads_goes_through_the_sse_decoder() -> None:
+    """Reads of several events cut anywhere: the whole events in them take
+    the fast path; the decoder sees only the events that straddle two
+    reads (and the stream's first read)."""
+    from streamfix.sse import SSEDecoder
+
+    parsed = 0
+    real = SSEDecoder._parse_lf
+
+    def counting(self: SSEDecoder, buf: bytes) -> Any:
+        nonlocal parsed
+        events = real(self, buf)
+        parsed += len(events)
+        return events
+
+    events = [sse([chunk(role="assistant")], done=False)]
+    events += [sse([chunk(f" w{i}")], done=False) for i in range(300)]
+    data = b"".join(events)
+    size = len(events[5]) * 10 + 17  # about ten and a half events per read
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
+    session = streamfix.SSESession(WEATHER)
+    with mock.patch.object(SSEDecoder, "_parse_lf", counting):
+        out = b"".join(session.feed(r) for r in reads)
+    assert out == data
+    assert parsed <= len(reads) + 10
