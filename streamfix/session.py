@@ -74,8 +74,10 @@ class _Shape:
         ``content`` of choice ``index``; None when the content's place in
         the bytes is not certain (the key twice, spaces before the colon,
         an escaped quote in it)."""
+        # The only ``"content"`` token (a key: in a string its quotes would
+        # be escaped), so the string after it is the delta's content.
         key = raw.find(b'"content":')
-        if key < 0 or raw.find(b'"content":', key + 10) >= 0:
+        if key < 0 or raw.count(b'"content"') != 1:
             return None
         start = key + 10
         while raw[start : start + 1] in (b" ", b"\t"):

@@ -178,3 +178,16 @@ def test_no_shape_after_the_stream_finished() -> None:
     session.feed(ROLE + event(chunk("a")) + event(chunk("b")))
     assert session.feed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
     assert session.feed(event(chunk("late"))) == b""
+
+
+def test_no_shape_is_learned_where_another_content_key_could_be_taken_for_the_delta() -> None:
+    """``"content" :`` (a space before the colon) in the delta and a
+    ``"content":`` string elsewhere: the shape would read the wrong one."""
+    raw = (
+        b'data: {"choices":[{"index":0,"delta":{"content" :"hi"},'
+        b'"logprobs":{"content":"hi"},"finish_reason":null}]}\n\n'
+    )
+    assert session_mod._Shape.learn(raw, 0, "hi") is None
+    reads = [ROLE, raw, raw.replace(b'{"content":"hi"}', b'{"content":"zz"}')]
+    fast, ref = both(reads, None)
+    assert fast == ref
