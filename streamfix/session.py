@@ -58,11 +58,15 @@ class _Shape:
     string. ``_learn`` makes one from a decoded event.
     """
 
-    __slots__ = ("end", "index", "prefix", "size", "start", "suffix")
+    __slots__ = ("end", "index", "payload", "prefix", "size", "start", "suffix")
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
         self.prefix = prefix
         self.suffix = suffix
+        #: The learned event's JSON, the chain's original for every event
+        #: of the shape: they differ only in the content, which the chain
+        #: owns and never takes from the original (so no copy per event).
+        self.payload = (prefix + suffix)[6:-2]
         self.start = len(prefix)
         self.end = len(suffix)
         self.size = self.start + self.end  # the shortest event of the shape
@@ -215,7 +219,7 @@ class SSESession:
                     return None
         except (UnicodeDecodeError, orjson.JSONDecodeError):
             return None
-        return self.chain.feed_plain(shape.index, text, data[pos + 6 : end - 2])
+        return self.chain.feed_plain(shape.index, text, shape.payload)
 
     def _event(self, data: bytes, pos: int, end: int) -> bytes | None:
         """The single-line JSON event ``data[pos:end]`` (terminator
