@@ -29,7 +29,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -105,16 +105,20 @@ def frame(content: str | None, *, role: str | None = None, finish: str | None = 
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def plain_stream(n: int) -> list[bytes]:
-    """One network read per chunk, as a token-by-token server sends them.
-    Natural text in tokens with spaces (no loop: words vary by position)."""
-    reads = [frame("", role="assistant")]
-    for i in range(n):
-        w = WORDS[i % len(WORDS)]
-        reads.append(frame((" " if i else "") + (w if i % 7 else w + str(i))))
+def stream_of(pieces: Iterable[str]) -> list[bytes]:
+    """A whole reply, one network read per chunk as a token-by-token server
+    sends them: the role chunk, one chunk per piece of content, the finish
+    chunk, ``[DONE]``."""
+    reads = [frame("", role="assistant")] + [frame(p) for p in pieces]
     reads.append(frame(None, finish="stop"))
     reads.append(b"data: [DONE]\n\n")
     return reads
+
+
+def plain_stream(n: int) -> list[bytes]:
+    """Natural text in tokens with spaces (no loop: words vary by position)."""
+    words = (WORDS[i % len(WORDS)] for i in range(n))
+    return stream_of((" " if i else "") + (w if i % 7 else w + str(i)) for i, w in enumerate(words))
 
 
 _TOKEN = re.compile(
@@ -131,11 +135,7 @@ def docs_stream(n: int) -> list[bytes] | None:
     except ImportError:  # pragma: no cover - stripped-down Python builds
         return None
     text = "\n\n".join(topics[k] for k in sorted(topics))
-    tokens = _TOKEN.findall(text)[:n]
-    reads = [frame("", role="assistant")] + [frame(t) for t in tokens]
-    reads.append(frame(None, finish="stop"))
-    reads.append(b"data: [DONE]\n\n")
-    return reads
+    return stream_of(_TOKEN.findall(text)[:n])
 
 
 def tool_call_stream(n: int) -> list[bytes]:
@@ -149,10 +149,7 @@ def tool_call_stream(n: int) -> list[bytes]:
     ]
     pieces += [WORDS[i % len(WORDS)] + str(i) + " " for i in range(n)]
     pieces += ['"}}', "</tool_call>"]
-    reads = [frame("", role="assistant")] + [frame(p) for p in pieces]
-    reads.append(frame(None, finish="stop"))
-    reads.append(b"data: [DONE]\n\n")
-    return reads
+    return stream_of(pieces)
 
 
 async def _source(reads: list[bytes]) -> AsyncIterator[bytes]:
