@@ -16,6 +16,7 @@ loops.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 import orjson
@@ -23,6 +24,7 @@ import orjson
 from .chunks import ChoiceView, ChunkView, DeltaView, plain_content, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
+from .delta import take_each as _take_each
 from .transforms.accumulate import Accumulator
 from .transforms.detect import ToolTagDetector
 from .transforms.reasoning import ReasoningSplitter
@@ -78,6 +80,7 @@ class _Choice:
         "done",
         "lane",
         "lane_pos",
+        "lane_runs",
         "n_calls",
         "reasoning_key",
         "saw_output",
@@ -94,6 +97,8 @@ class _Choice:
         lane: list[Callable[[str], bool]] = []
         self.lane_pos: list[int] = []  # each lane entry's index in ``steps``
         self.lane: list[Callable[[str], bool]] | None = lane
+        #: Each lane entry's ``feed_texts`` (runs of texts at once).
+        self.lane_runs: list[Callable[[list[str], str], int]] = []
         for pos, step in enumerate(self.steps):
             if getattr(step, "ignores_content", False):
                 continue
@@ -103,6 +108,8 @@ class _Choice:
                 break
             lane.append(accepts)
             self.lane_pos.append(pos)
+            runs = getattr(step, "feed_texts", None)
+            self.lane_runs.append(runs if runs is not None else partial(_take_each, accepts))
         self.done = False
         self.cut = False
         self.n_calls = 0  # calls emitted so far: the next call's index
@@ -222,7 +229,22 @@ class Chain:
             return None
         assert st is not None
         self._template_src = original
-        for accepts in lane:
+        return self._lane_from(st, lane, index, 0, content, original, ch)
+
+    def _lane_from(
+        self,
+        st: _Choice,
+        lane: list[Callable[[str], bool]],
+        index: int,
+        first: int,
+        content: str,
+        original: bytes | dict[str, Any],
+        ch: ChoiceView | None = None,
+    ) -> list[Out]:
+        """``content`` on the lane from entry ``first`` on (the entries
+        before it have taken it), then the full path from the entry that
+        declines it, if one does."""
+        for accepts in lane[first:] if first else lane:
             if not accepts(content):
                 break
         else:
@@ -232,10 +254,50 @@ class Chain:
         if ch is None:
             ch = ChoiceView(index=index, delta=DeltaView(content=content))
         # The steps before the one that declined took the text on the lane.
-        d, changed = self._feed_choice(ch, start=st.lane_pos[lane.index(accepts)])
+        d, changed = self._feed_choice(ch, start=st.lane_pos[lane.index(accepts, first)])
         if not changed:
             return PASS_ONLY
         return self._changed(original, [(ch, d)])
+
+    def feed_plain_run(
+        self, index: int, texts: list[str], joined: str, original: bytes | dict[str, Any]
+    ) -> tuple[int, list[tuple[int, list[Out]]]]:
+        """``feed_plain`` for a run of such chunks of choice ``index`` read
+        at once (``joined`` is ``"".join(texts)``), with each lane step
+        looking at the run once (``TextLane.feed_texts``). Returns how many
+        chunks were taken and, for those of them not sent unchanged, their
+        position and what ``feed_plain`` would have returned. Fewer are
+        taken when the choice's lane ends within the run (a cut, a
+        finish): the caller feeds the rest one by one."""
+        st = self._choices.get(index)
+        if st is None or st.done or st.lane is None:
+            return 0, []
+        lane = st.lane
+        self._template_src = original
+        n = len(texts)
+        # taken[j]: how many texts lane entry j took (never more than the
+        # entry before it passed on to it).
+        taken: list[int] = []
+        k = n
+        for feed_texts in st.lane_runs:
+            if k == n:
+                k = feed_texts(texts, joined)
+            elif k:
+                k = feed_texts(texts[:k], "".join(texts[:k]))
+            taken.append(k)
+        if k and not st.saw_output and (joined if k == n else any(texts[:k])):
+            st.saw_output = True
+        changes: list[tuple[int, list[Out]]] = []
+        # Text i >= k: the entries that took it go on from the first that
+        # did not (the first whose count is <= i), one text at a time.
+        for i in range(k, n):
+            if st.done or self.stopped:
+                return i, changes
+            first = next(j for j, t in enumerate(taken) if t <= i) if i < taken[0] else 0
+            out = self._lane_from(st, lane, index, first, texts[i], original)
+            if out is not PASS_ONLY:
+                changes.append((i, out))
+        return n, changes
 
     def _changed(
         self, original: bytes | dict[str, Any], results: list[tuple[ChoiceView, Delta | None]]

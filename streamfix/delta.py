@@ -10,6 +10,7 @@ whether the upstream's own bytes can be forwarded unchanged.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -117,6 +118,22 @@ class TextLane(Protocol):
     lacks ``feed_text`` always takes the full path (correct, slower); a step
     that never looks at content says so with ``ignores_content = True`` and
     is left out of the lane.
+
+    A step may also offer ``feed_texts(texts, joined)`` for a run of such
+    deltas read at once (``joined`` is ``"".join(texts)``): it takes the
+    first k texts exactly as k calls of ``feed_text`` would and returns k,
+    where k < len(texts) only if ``feed_text`` would have declined
+    ``texts[k]``. Its point is to look at ``joined`` once (one search, one
+    append) instead of each text; ``take_each`` is the plain loop, the
+    fallback for a run it cannot decide at once.
     """
 
     def feed_text(self, text: str) -> bool: ...
+
+
+def take_each(feed_text: Callable[[str], bool], texts: Sequence[str]) -> int:
+    """``feed_texts`` by one ``feed_text`` call per text (see ``TextLane``)."""
+    for i, text in enumerate(texts):
+        if not feed_text(text):
+            return i
+    return len(texts)

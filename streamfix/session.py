@@ -44,6 +44,13 @@ _NOT_PLAIN_STRING = re.compile(rb'[\x00-\x1f"\\]').search
 #: how often it is tried after that, in events decoded.
 _EAGER_LEARNS = 4
 _LEARN_EVERY = 32
+#: Runs of shaped events tried per read (``SSESession._run``). Each try
+#: looks at the rest of the read, so this bounds the work on a read where
+#: shaped events alternate with others to a few passes over it.
+_RUNS_PER_READ = 4
+#: A run is tried only where the read has room for this many more events
+#: of the shape: below that, one event at a time costs less (bench.chain).
+_RUN_MIN = 6
 
 
 class _Shape:
@@ -58,7 +65,18 @@ class _Shape:
     string. ``_learn`` makes one from a decoded event.
     """
 
-    __slots__ = ("end", "index", "payload", "prefix", "size", "start", "suffix")
+    __slots__ = (
+        "end",
+        "index",
+        "payload",
+        "prefix",
+        "prefix_quotes",
+        "sep",
+        "size",
+        "start",
+        "suffix",
+        "suffix_quotes",
+    )
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
         self.prefix = prefix
@@ -71,6 +89,11 @@ class _Shape:
         self.end = len(suffix)
         self.size = self.start + self.end  # the shortest event of the shape
         self.index = index  # the choice the content belongs to
+        #: Between two events of the shape: no content can hold it (it has
+        #: a line end), so splitting a run of them on it is exact.
+        self.sep = suffix + prefix
+        self.prefix_quotes = prefix.count(b'"')
+        self.suffix_quotes = suffix.count(b'"')
 
     @classmethod
     def learn(cls, raw: bytes, index: int, content: str) -> _Shape | None:
@@ -157,7 +180,11 @@ class SSESession:
             outs = self._shaped(data, 0, len(data), shape)
             if outs is not None:
                 return data if outs is PASS_ONLY else self._sent(outs, data)
-        if self._idle_decoder.idle and data.startswith(b"data: {") and data.find(b"\r", 7) < 0:
+        if (
+            (self._idle_decoder.idle or (not self.finished and self._decoder.begin(data)))
+            and data.startswith(b"data: {")
+            and data.find(b"\r", 7) < 0
+        ):
             # The fast paths: this read starts with a single-line JSON event,
             # LF only, nothing buffered (what token-by-token servers send).
             # Same result as the general path, minus the framing work.
@@ -213,6 +240,8 @@ class SSESession:
         try:
             if _NOT_PLAIN_STRING(mid) is None:
                 text = mid.decode()
+            elif b"\n" in mid:
+                return None  # several events (a line end is never in a string)
             else:
                 text = orjson.loads(b'"' + mid + b'"')
                 if not isinstance(text, str):
@@ -272,14 +301,31 @@ class SSESession:
         out: list[bytes] = []
         run = pos = 0  # data[run:pos]: events to send unchanged, not yet in out
         size = len(data)
+        runs = _RUNS_PER_READ
         try:
             while pos < size and not self.finished:
+                shape = self._shape
+                if (
+                    runs
+                    and shape is not None
+                    and size - pos >= _RUN_MIN * shape.size
+                    and data.startswith(shape.prefix, pos)
+                    and self.chain.has_lane(shape.index)
+                ):
+                    runs -= 1
+                    got = self._run(data, pos, shape)
+                    if got is not None:
+                        pos, changed = got
+                        for start, stop, raw in changed:
+                            out.append(data[run:start])
+                            out.append(raw)
+                            run = stop
+                        continue
                 # The event's first line end (``data`` ends with a blank
                 # line, so there is one): a single-line event ends there.
                 nl = data.find(b"\n", pos)
                 end = nl + 2
                 single = data[nl + 1] == 10  # no second line
-                shape = self._shape
                 outs = None
                 if (
                     single
@@ -311,6 +357,60 @@ class SSESession:
         if run < pos:
             out.append(data[run:pos])
         return b"".join(out)
+
+    def _run(
+        self, data: bytes, pos: int, shape: _Shape
+    ) -> tuple[int, list[tuple[int, int, bytes]]] | None:
+        """A run of events of the learned shape from ``data[pos]`` (which
+        starts with its prefix) through the chain at once: where the run
+        ends, and the events in it not sent unchanged (start, end, bytes to
+        send instead). None if fewer than two events there are of the shape
+        with a middle that has no quote: the caller takes the next alone.
+
+        The run is found and read with a few calls over the whole read, not
+        a few per event: its end is the last boundary between two events of
+        the shape (``shape.sep``, found from the end); its middles are cut
+        from its lines; rebuilding the run from them and comparing proves
+        that every event in it is one of the shape; and one JSON decode of
+        the middles as a list reads them. A middle with no quote byte is one
+        JSON string exactly when the list decodes to as many strings as
+        there are middles (a trailing backslash would merge two), and then
+        the texts are what ``_shaped`` reads one by one."""
+        last = data.rfind(shape.sep, pos)
+        if last < 0:
+            return None
+        end = last + shape.end
+        region = data[pos:end]
+        # One event per line pair (the event, then its blank line).
+        lines = region.split(b"\n")
+        start, stop = shape.start, 2 - shape.end
+        parts = [line[start:stop] for line in lines[0:-1:2]]
+        n = len(parts)
+        if n < 2 or region != shape.prefix + shape.sep.join(parts) + shape.suffix:
+            return None  # not all of the shape (or not one event per line pair)
+        middles = b'","'.join(parts)
+        if middles.count(b'"') != 2 * n - 2:
+            return None  # a quote in a middle: not certainly one string
+        try:
+            texts = orjson.loads(b'["' + middles + b'"]')
+        except orjson.JSONDecodeError:
+            return None
+        if len(texts) != n:
+            return None
+        taken, changes = self.chain.feed_plain_run(
+            shape.index, texts, "".join(texts), shape.payload
+        )
+        size = shape.size
+        if not changes and taken == n:
+            return end, []
+        starts = [pos]
+        for part in parts[:taken]:
+            starts.append(starts[-1] + size + len(part))
+        sent = [
+            (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
+            for i, outs in changes
+        ]
+        return starts[taken], sent
 
     def _stop(self) -> bytes:
         self.finish()

@@ -67,6 +67,17 @@ class SSEDecoder:
         #: next read begins a fresh event (the session's fast path).
         self.idle = False
 
+    def begin(self, data: bytes) -> bool:
+        """At the stream's start, with ``data`` the first read: if it opens
+        with an event (``data: {``, so no byte-order mark to drop), the
+        stream counts as started and the decoder as idle, so the session
+        may read this first read itself too. False otherwise (the decoder
+        then reads it)."""
+        if self._started or self._buf or not data.startswith(b"data: {"):
+            return False
+        self._started = self.idle = True
+        return True
+
     def feed(self, data: bytes) -> list[SSEEvent]:
         buf = self._buf + data if self._buf else data
         if not self._started:

@@ -131,15 +131,24 @@ def test_plain_events_after_the_first_are_not_json_decoded() -> None:
         calls += 1
         return real(payload)
 
-    reads = [ROLE] + [event(chunk(f" word{i}")) for i in range(200)]
+    events = [ROLE] + [event(chunk(f" word{i}")) for i in range(200)]
+    whole = b"".join(events)
     with mock.patch.object(session_mod, "_decode", counting):
         for request in (None, WEATHER):
-            calls = 0
-            session = streamfix.SSESession(request)
-            assert b"".join(session.feed(r) for r in reads) == b"".join(reads)
-            # The first read goes through the SSE decoder (the stream's
-            # start); of the rest, only the first plain event is decoded.
-            assert calls == 1
+            # One event per read; all in one read (runs: ``_run``); reads
+            # of 50 events; reads of 5000 bytes, cut inside events.
+            for reads in (
+                events,
+                [whole],
+                [b"".join(events[i : i + 50]) for i in range(0, len(events), 50)],
+                [whole[i : i + 5000] for i in range(0, len(whole), 5000)],
+            ):
+                calls = 0
+                session = streamfix.SSESession(request)
+                assert b"".join(session.feed(r) for r in reads) == whole
+                # The role chunk and the first plain event are decoded (the
+                # shape is learned from it); no other.
+                assert calls == 2, (request, len(reads))
 
 
 def test_learning_slows_down_when_every_chunk_differs() -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..args import coerce, dumps, to_object, validate
 from ..context import Context, ToolSpec
-from ..delta import Delta, ToolCall
+from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import resolve_name
 
@@ -81,6 +81,10 @@ _CARRY_MAX = 64
 #: follows what the streams now say, at O(1) amortised cost).
 QUIET_LEN = 24
 QUIET_MAX = 8192
+#: Joins the texts of a run for ``Matcher.run_scan``. A text that holds
+#: one itself (``\u0000`` in the JSON) only makes the check more cautious:
+#: a marker's prefix before it is taken for one that ends a text.
+RUN_SEP = "\x00"
 
 
 def _trie(words: Iterable[str]) -> dict[str, Any]:
@@ -128,6 +132,7 @@ class Matcher:
         "maxlen",
         "prefixes",
         "quiet",
+        "run_scan",
         "scan",
         "tail",
     )
@@ -145,20 +150,25 @@ class Matcher:
         # engine skip along the text; the word boundary before a name marker
         # is checked by the caller (a lookbehind per position is slower).
         first = "".join(sorted({w[0] for w in anywhere}))
+        whole = _rx(_trie(anywhere), False, True, False) or never
+        part = _rx(_trie(anywhere), True, True, False) or never
         self.scan = re.compile(
-            f"(?=[{re.escape(first)}])(?:("
-            + (_rx(_trie(anywhere), False, True, False) or never)
-            + ")|(?:"
-            + (_rx(_trie(anywhere), True, True, False) or never)
-            + r")\Z)"
+            f"(?=[{re.escape(first)}])(?:({whole})|(?:{part})\\Z)" if anywhere else never
+        )
+        #: ``scan`` for a run of texts joined by ``RUN_SEP`` (no marker holds
+        #: it): a prefix that ends any text is found as one that ends the
+        #: string is (``ToolTagDetector.feed_texts``). Name markers glued to
+        #: a word are left out here, in the regex (``_search`` does it after).
+        guarded = _trie(anywhere)
+        self.run_scan = re.compile(
+            f"(?=[{re.escape(first)}])(?:{_rx(guarded, False, True) or never}"
+            f"|(?:{_rx(guarded, True, True) or never})(?:\\x00|\\Z))"
             if anywhere
             else never
         )
         #: A marker's prefix running from a given position to the end of the
         #: text (group 1 never matches: a "hold" result for ``_search``).
-        self.tail = re.compile(
-            r"(\b\B)?(?:" + (_rx(_trie(anywhere), True, True, False) or never) + r")\Z"
-        )
+        self.tail = re.compile(r"(\b\B)?(?:" + part + r")\Z")
         self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
         self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
         self.prefixes = _prefixes(anywhere)
@@ -300,6 +310,26 @@ class ToolTagDetector:
         if self._carry or "<" in text or "[" in text:
             self._watch(text)
         return True
+
+    def feed_texts(self, texts: list[str], joined: str) -> int:
+        """A run of texts for the lane (``delta.TextLane``): taken at once
+        when one search of the run finds no marker and no marker's prefix
+        at the end of any text (then ``feed_text`` would take each, and the
+        state after them is ``_note``'s on the joined text); else one by
+        one. The search is cautious: a marker glued to a word, or one that
+        counts only at a line's start, sends the run one by one too."""
+        if (
+            not self._plain
+            or self._since_call
+            or self._carry
+            or "<" in joined
+            or "[" in joined
+            or self.m.run_scan.search(RUN_SEP.join(texts) + RUN_SEP) is not None
+        ):
+            return take_each(self.feed_text, texts)
+        if joined:
+            self._note(joined)
+        return len(texts)
 
     def _search(self, s: str) -> re.Match[str] | None:
         """The leftmost marker or marker prefix (to the end) in ``s``."""

@@ -29,7 +29,7 @@ from typing import Final
 
 from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
-from ..delta import Delta
+from ..delta import Delta, take_each
 
 OPEN: Final = "<think>"
 CLOSE: Final = "</think>"
@@ -70,6 +70,12 @@ class ReasoningSplitter:
     def feed_text(self, text: str) -> bool:
         """The chain's plain-text lane (``delta.TextLane``)."""
         return self._state == _TEXT and not self._held and "<" not in text
+
+    def feed_texts(self, texts: list[str], joined: str) -> int:
+        """A run of texts for the lane: all, or one by one."""
+        if self._state == _TEXT and not self._held and "<" not in joined:
+            return len(texts)
+        return take_each(self.feed_text, texts)
 
     def feed(self, d: Delta) -> None:
         self._run(d, False)

@@ -67,7 +67,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..context import Context
-from ..delta import Delta
+from ..delta import Delta, take_each
 
 #: Look for a loop every this many characters of a channel. Larger is
 #: cheaper but leaves less of the 400-character budget for the span.
@@ -201,6 +201,13 @@ class _Channel:
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
 
+    def save(self) -> tuple[str, int, list[str], int, int]:
+        """The state, for ``restore`` (``RepetitionCutter.feed_texts``)."""
+        return self.tail, self.base, self.new[:], self.total, self.next_check
+
+    def restore(self, saved: tuple[str, int, list[str], int, int]) -> None:
+        self.tail, self.base, self.new, self.total, self.next_check = saved
+
     def feed(self, text: str) -> tuple[int, int] | None:
         """Append ``text``; on a loop, ``(period, characters of text to
         keep)``."""
@@ -268,6 +275,18 @@ class RepetitionCutter:
             return True
         self._lane_hit = (text, hit)
         return False
+
+    def feed_texts(self, texts: list[str], joined: str) -> int:
+        """A run of texts for the lane: appended at once. The checks are
+        at absolute positions, so the joined text meets the same ones; if
+        one finds a loop, the channel goes back to before the run and the
+        texts go one by one, to decline the very text ``feed_text`` would."""
+        ch = self._content
+        saved = ch.save()
+        if ch.feed(joined) is None:
+            return len(texts)
+        ch.restore(saved)
+        return take_each(self.feed_text, texts)
 
     def feed(self, d: Delta) -> None:
         r = d.reasoning

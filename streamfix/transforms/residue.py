@@ -42,7 +42,7 @@ import re
 from typing import Final
 
 from ..context import Context
-from ..delta import Delta
+from ..delta import Delta, take_each
 
 #: Longest special token body (``<|reserved_special_token_250|>`` is 27).
 MAX_TOKEN: Final = 64
@@ -186,6 +186,11 @@ class ResidueStripper:
         if len(pending) >= MAX_UNSETTLED:
             self._settle()
         return True
+
+    def feed_texts(self, texts: list[str], joined: str) -> int:
+        """A run of texts for the lane: taken as one piece (``_settle``
+        joins the pieces anyway), or one by one if any concerns us."""
+        return len(texts) if self.feed_text(joined) else take_each(self.feed_text, texts)
 
     def feed(self, d: Delta) -> None:
         self._run(d, False)
