@@ -175,6 +175,7 @@ class SSESession:
             and data.startswith(shape.prefix)
             and data.endswith(shape.suffix)
             and len(data) >= shape.size
+            and data.find(b"\n", shape.start) == len(data) - 2
         ):
             # The fastest path: one plain-text event of the learned shape.
             outs = self._shaped(data, 0, len(data), shape)
@@ -368,8 +369,9 @@ class SSESession:
         with a middle that has no quote: the caller takes the next alone.
 
         The run is found and read with a few calls over the whole read, not
-        a few per event: its end is the last boundary between two events of
-        the shape (``shape.sep``, found from the end); its middles are cut
+        a few per event: its end is found from the read's end (the last
+        boundary between two events of the shape, ``shape.sep``, and the
+        event after it if it is one of the shape too); its middles are cut
         from its lines; rebuilding the run from them and comparing proves
         that every event in it is one of the shape; and one JSON decode of
         the middles as a list reads them. A middle with no quote byte is one
@@ -380,6 +382,11 @@ class SSESession:
         if last < 0:
             return None
         end = last + shape.end
+        # The event after that boundary, if it is one of the shape too (its
+        # first line end is its suffix's: ``data`` ends with a blank line).
+        stop = data.find(b"\n", end) + 2
+        if data[stop - 1] == 10 and data.endswith(shape.suffix, end, stop):
+            end = stop
         region = data[pos:end]
         # One event per line pair (the event, then its blank line).
         lines = region.split(b"\n")

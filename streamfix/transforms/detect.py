@@ -61,7 +61,8 @@ MAX_GAP_WS = 32
 MATCHER_CACHE = 64
 
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_NOT_AFTER_WORD = r"(?<![A-Za-z0-9_])"
+_WORD_CLASS = "[A-Za-z0-9_]"  # the characters of ``_WORD``
+_NOT_AFTER_WORD = f"(?<!{_WORD_CLASS})"
 
 #: Call syntax that no format recognised (counted and sampled, not stripped).
 UNRECOGNISED = re.compile(
@@ -116,6 +117,24 @@ def _rx(node: dict[str, Any], partial: bool, top: bool = False, guard_words: boo
     return alts[0] if len(alts) == 1 and not top else "(?:" + "|".join(alts) + ")"
 
 
+def _run_rx(root: dict[str, Any]) -> str:
+    """``Matcher.run_scan``'s regex: a whole marker, or a marker's prefix
+    that ends a text (``RUN_SEP`` or the end), not glued to a word before
+    it. One alternative per first character, each starting with that
+    character: the regex engine then skips along the text to candidates
+    with a character-set scan (a lookahead or lookbehind in front would
+    make it try every position)."""
+    alts = []
+    for c in sorted(k for k in root if k):
+        node = root[c]
+        esc = re.escape(c)
+        guard = f"(?<!{_WORD_CLASS}{esc})" if c in _WORD else ""  # c not after a word
+        part = _rx(node, True)
+        options = [_rx(node, False), (f"(?:{part})?" if part else "") + r"(?:\x00|\Z)"]
+        alts.append(f"{esc}{guard}(?:{'|'.join(options)})")
+    return "|".join(alts) or r"(?!x)x"
+
+
 def _prefixes(words: Iterable[str]) -> frozenset[str]:
     return frozenset(w[:i] for w in words for i in range(1, len(w)))
 
@@ -159,13 +178,7 @@ class Matcher:
         #: it): a prefix that ends any text is found as one that ends the
         #: string is (``ToolTagDetector.feed_texts``). Name markers glued to
         #: a word are left out here, in the regex (``_search`` does it after).
-        guarded = _trie(anywhere)
-        self.run_scan = re.compile(
-            f"(?=[{re.escape(first)}])(?:{_rx(guarded, False, True) or never}"
-            f"|(?:{_rx(guarded, True, True) or never})(?:\\x00|\\Z))"
-            if anywhere
-            else never
-        )
+        self.run_scan = re.compile(_run_rx(_trie(anywhere)))
         #: A marker's prefix running from a given position to the end of the
         #: text (group 1 never matches: a "hold" result for ``_search``).
         self.tail = re.compile(r"(\b\B)?(?:" + part + r")\Z")
@@ -367,7 +380,9 @@ class ToolTagDetector:
             self._flush(d)
         if len(out) == 1 and out[0] is text:
             return  # unchanged: the same object, the chain's fast path
-        d.content = "".join(out)
+        joined = "".join(out)
+        if joined != text:  # (equal text, held and released: the original goes)
+            d.content = joined
 
     def close(self, d: Delta) -> None:
         text = d.content or ""

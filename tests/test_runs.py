@@ -1,0 +1,243 @@
+"""Runs: many plain events of the learned shape in one read, through the
+chain at once (``SSESession._run``, ``Chain.feed_plain_run``, each step's
+``feed_texts``). Whatever the texts hold (markers, a marker cut between two
+events, a loop, a reasoning tag, escapes), a run must give exactly what the
+same events give one per read, and what every event decoded gives."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+from unittest import mock
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streamfix
+import streamfix.chain as chain_mod
+from streamfix.chain import PASS, Chain
+from streamfix.chunks import decode_view
+from streamfix.context import Context
+from streamfix.transforms.detect import RUN_SEP, ToolTagDetector, matcher_for
+from streamfix.transforms.repetition import RepetitionCutter
+from streamfix.transforms.residue import ResidueStripper
+
+from .streamutil import assemble, chunk, run_sse, split_at, tool
+from .test_shape import no_shapes
+
+WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}
+_CALL_ID = re.compile(rb"call_[0-9a-f]{24}")
+_STEP_TYPES = (RepetitionCutter, ToolTagDetector, ResidueStripper)
+
+
+def event(text: str) -> bytes:
+    return b"data: " + orjson.dumps(chunk(text)) + b"\n\n"
+
+
+ROLE = b"data: " + orjson.dumps(chunk(role="assistant", content="")) + b"\n\n"
+END = b"data: " + orjson.dumps(chunk(finish="stop")) + b"\n\ndata: [DONE]\n\n"
+
+# Pieces of text that each concern some step: markers whole and cut
+# (with and without ``<``/``[``: code calls, ``call:``, fences), a word
+# glued to a name marker's start, brackets, reasoning tags, blanks, a NUL
+# (the run scan's separator), non-ASCII. None holds a quote: a middle with
+# one ends the run (``_QUOTED`` adds a few).
+_PIECES = st.sampled_from(
+    [
+        " the",
+        " weather",
+        " will",
+        " c",
+        " call",
+        ":",
+        " get",
+        "_weather",
+        "get_weather",
+        "(",
+        "city",
+        "=",
+        "'Paris'",
+        ")",
+        "<tool",
+        "_call>",
+        "</tool_call>",
+        "[",
+        "TOOL_CALLS]",
+        "{",
+        "}",
+        "<think>",
+        "</think>",
+        "\n",
+        "\n\n",
+        "  ",
+        "`",
+        "```",
+        "back\\slash",
+        "\x00",
+        "café",
+        "日本",
+        "",
+    ]
+)
+_QUOTED = st.sampled_from(['{"name": "get_weather", "arguments": {"city": "Paris"}}', ' "q"'])
+_TEXTS = st.lists(
+    st.one_of(_PIECES, _PIECES, _PIECES, st.text(max_size=5), _QUOTED), min_size=6, max_size=60
+)
+
+
+def outputs(texts: list[str], request: dict[str, Any] | None, cuts: list[int]) -> list[bytes]:
+    """The output for the same events read four ways: one per read, all in
+    one read, cut at ``cuts``, and every event decoded (no shapes)."""
+    events = [ROLE, *(event(t) for t in texts), END]
+    whole = b"".join(events)
+    outs = [
+        run_sse(events, request),
+        run_sse([whole], request),
+        run_sse(split_at(whole, cuts), request),
+    ]
+    with no_shapes():
+        outs.append(run_sse([whole], request))
+    return [_CALL_ID.sub(b"call_", o) for o in outs]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXTS, st.sampled_from([None, WEATHER]), st.lists(st.integers(0, 6000), max_size=5))
+def test_a_run_reads_as_its_events_one_by_one(
+    texts: list[str], request: dict[str, Any] | None, cuts: list[int]
+) -> None:
+    one, whole, cut, decoded = outputs(texts, request, cuts)
+    assert whole == one
+    assert cut == one
+    assert decoded == one
+
+
+def test_a_loop_inside_a_run_is_cut_where_it_is_one_by_one() -> None:
+    """The repetition cutter sees the run at once; when the run completes
+    a loop, it goes back and takes the texts one by one, to cut in the
+    very text the loop completes in."""
+    texts = [" intro"] + [" and", " again"] * 150 + [" never", " sent"]
+    one, whole, cut, decoded = outputs(texts, None, [1000, 2500])
+    assert whole == one == cut == decoded
+    a = assemble(whole)
+    assert a.ext is not None and a.ext["cut"] == "repetition"
+    assert "never" not in a.content
+
+
+def test_a_call_split_between_events_of_a_run_is_lifted() -> None:
+    """A marker cut between two events of one run: the detector's scan of
+    the run sees the prefix that ends the first, and the texts go one by
+    one from there; the call comes out structured as it does one by one."""
+    texts = [" Let", " me", " check", ".", "\n", "<tool", "_call>", '{"name": "get_weather", ']
+    texts += ['"arguments": {"city": "Paris"}}', "</tool", "_call>"]
+    one, whole, cut, decoded = outputs(texts, WEATHER, [300])
+    assert whole == one == cut == decoded
+    a = assemble(whole)
+    assert a.calls() == [("get_weather", {"city": "Paris"})]
+    assert "<tool" not in a.content
+
+
+def test_calls_without_angle_brackets_in_a_run_are_lifted() -> None:
+    """Markers a cheap character test does not see (a code call, cut or
+    whole, a fence): the detector's one search of the run must find them,
+    or the call would pass as text."""
+    cases = [
+        [" a"] * 8 + ["\n", "get", "_weather", "(", "city", "=", "'Paris'", ")"],
+        [" x"] * 3 + ["\n", "get_weather", "(", "city", "=", "'Paris'", ")", "\n"] + [" y"] * 5,
+        [" Here", ":", "\n", "```", "\n", "get_weather", "(", "city", "=", "1", ")", "\n", "```"],
+    ]
+    for texts in cases:
+        one, whole, cut, decoded = outputs(texts, WEATHER, [200])
+        assert whole == one == cut == decoded
+        assert [name for name, _ in assemble(whole).calls()] == ["get_weather"], texts
+
+
+def test_plain_events_in_one_read_take_the_run_not_the_per_event_lane() -> None:
+    """The point of runs: a read of many plain events goes to the chain as
+    one run, not as one ``feed_plain`` per event."""
+    texts = [f" word{i}" for i in range(300)]
+    whole = b"".join([ROLE, *(event(t) for t in texts), END])
+    for request in (None, WEATHER):
+        with (
+            mock.patch.object(
+                chain_mod.Chain, "feed_plain", autospec=True, side_effect=chain_mod.Chain.feed_plain
+            ) as per_event,
+            mock.patch.object(
+                chain_mod.Chain,
+                "feed_plain_run",
+                autospec=True,
+                side_effect=chain_mod.Chain.feed_plain_run,
+            ) as runs,
+        ):
+            session = streamfix.SSESession(request)
+            assert session.feed(whole) + session.close() == whole
+        # The role chunk and the first plain event (the shape is learned
+        # from it) are fed alone; the rest is one run.
+        assert runs.call_count == 1
+        assert runs.call_args.args[2] == texts[1:]
+        assert [c.args[2] for c in per_event.call_args_list] == ["", texts[0]]
+
+
+def test_a_hostile_middle_in_a_run_is_decoded() -> None:
+    """A middle that is not one JSON string (a trailing backslash that
+    would merge two middles, a second field) makes the run fall back to
+    one event at a time: the same output as every event decoded."""
+    prefix, suffix = event("X").split(b"X")
+    for mid in (b"a\\", b'a","reasoning_content":"b', b"tab\there", b"\xff"):
+        events = [ROLE, *(event(f" w{i}") for i in range(20))]
+        events += [prefix + mid + suffix, *(event(f" v{i}") for i in range(20)), END]
+        whole = b"".join(events)
+        for request in (None, WEATHER):
+            fast = run_sse([whole], request)
+            with no_shapes():
+                ref = run_sse([whole], request)
+            assert fast == ref
+
+
+def test_run_scan_finds_prefixes_that_end_a_text_and_skips_glued_names() -> None:
+    """``Matcher.run_scan``: a marker's prefix at the end of any text of
+    the run (before ``RUN_SEP``) is found; a name marker glued to the word
+    before it is not (the per-text scan would not hold it either)."""
+    m = matcher_for(Context.of(WEATHER, {}).tools)
+    sep = RUN_SEP
+    assert m.run_scan.search(sep.join([" the", " <tool"]) + sep) is not None
+    assert m.run_scan.search(sep.join([" the", " c", " weather"]) + sep) is not None
+    assert m.run_scan.search(sep.join([" will", " now"]) + sep) is None  # glued: "wil|l"
+    assert m.run_scan.search(sep.join([" please", " call:", " me"]) + sep) is not None
+    assert m.run_scan.search(sep.join([" no", " markers", " here"]) + sep) is None
+
+
+def _steps_state(chain: Chain) -> tuple[Any, ...]:
+    """What the lane steps have taken in: the repetition cutter's count of
+    characters, the residue stripper's released text and line state, the
+    detector's last character and line state."""
+    st = chain._choices[0]
+    rep, det, res = (next(s for s in st.steps if isinstance(s, t)) for t in _STEP_TYPES)
+    res._settle()
+    return (rep._content.total, det._prev, det._line_blank, res._last, res._line_head)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXTS, st.lists(st.integers(0, 60), max_size=4))
+def test_a_run_feeds_each_step_each_text_once(texts: list[str], cuts: list[int]) -> None:
+    """Texts after a decline inside a run resume at the step that had not
+    taken them: the steps' state after runs (cut anywhere) is the state
+    after the same texts one by one, and so is what the chain returns."""
+    texts = [t.replace('"', "'") for t in texts]
+    payload = orjson.dumps(chunk("x"))
+    one, runs = (Chain(Context.of(WEATHER, {})) for _ in range(2))
+    for c in (one, runs):  # the role chunk opens the choice
+        c.feed(decode_view(orjson.dumps(chunk(role="assistant", content=""))), payload)
+    want = [
+        (i, out) for i, t in enumerate(texts) if (out := one.feed_plain(0, t, payload)) != [PASS]
+    ]
+    got: list[tuple[int, Any]] = []
+    bounds = sorted({0, len(texts), *(min(c, len(texts)) for c in cuts)})
+    for a, b in itertools.pairwise(bounds):
+        part = texts[a:b]
+        taken, changes = runs.feed_plain_run(0, part, "".join(part), payload)
+        assert taken == len(part)
+        got += [(a + i, out) for i, out in changes]
+    assert _CALL_ID.sub(b"call_", repr(got).encode()) == _CALL_ID.sub(b"call_", repr(want).encode())
+    assert _steps_state(runs) == _steps_state(one)
