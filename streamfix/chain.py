@@ -331,9 +331,12 @@ class Chain:
             if st.cut:
                 self.stopped = all(c.cut for c in self._choices.values())
             self._check_empty()
+        # Text compared by value: a step may hand back an equal string (text
+        # held, then released as the next chunk's), and then the original
+        # chunk goes out, whichever string objects the texts were read into.
         changed = (
-            d.content is not content0
-            or d.reasoning is not reasoning0
+            d.content != content0
+            or d.reasoning != reasoning0
             or d.fragments is not fragments0
             or bool(d.calls)
             or d.finish_reason != finish

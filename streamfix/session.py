@@ -204,10 +204,12 @@ class SSESession:
         end = self._decoder.pending_end(data)
         if end > 0:
             # A read that ends the event the previous one began: that event
-            # whole, then the rest as a read of its own (often whole events
-            # again: the fast path).
+            # whole, then the rest. Read as one where the rest may hold a
+            # run (``_RUN_MIN``): the completed event joins it.
             raw = self._decoder.complete(data[:end])
-            self._shape = self._learned
+            shape = self._shape = self._learned
+            if shape is not None and len(data) - end >= _RUN_MIN * shape.size:
+                return self.feed(raw + data[end:])
             return self._then(self.feed(raw), data[end:])
         return self._events(self._fed(data))
 

@@ -380,9 +380,7 @@ class ToolTagDetector:
             self._flush(d)
         if len(out) == 1 and out[0] is text:
             return  # unchanged: the same object, the chain's fast path
-        joined = "".join(out)
-        if joined != text:  # (equal text, held and released: the original goes)
-            d.content = joined
+        d.content = "".join(out)
 
     def close(self, d: Delta) -> None:
         text = d.content or ""
