@@ -607,13 +607,19 @@ class Proxy:
     async def _slot(self) -> AsyncIterator[None]:
         """One of ``pool_limit`` upstream slots, waited for at most
         ``pool_wait`` seconds: the connection pool never queues silently."""
-        try:
-            await asyncio.wait_for(self._slots.acquire(), self.cfg.pool_wait)
-        except TimeoutError:
-            raise web.HTTPServiceUnavailable(
-                text=f"all {self.cfg.pool_limit} upstream connections busy; retry later",
-                headers={"Retry-After": "1"},
-            ) from None
+        slots = self._slots
+        if not slots.locked():
+            # Free: taken at once. (``wait_for`` would wrap the wait in a
+            # task, a loop turn and a timer on every request.)
+            await slots.acquire()
+        else:
+            try:
+                await asyncio.wait_for(slots.acquire(), self.cfg.pool_wait)
+            except TimeoutError:
+                raise web.HTTPServiceUnavailable(
+                    text=f"all {self.cfg.pool_limit} upstream connections busy; retry later",
+                    headers={"Retry-After": "1"},
+                ) from None
         try:
             yield
         finally:
@@ -777,7 +783,7 @@ class Proxy:
         soft = (
             self.cfg.required == "soft"
             and body.get("tool_choice") == "required"
-            and bool(tools_of(body))
+            and bool(tools)
         )
         up_body = dict(body)
         if soft:
