@@ -246,15 +246,27 @@ class Chain:
         declines it, if one does."""
         for accepts in lane[first:] if first else lane:
             if not accepts(content):
-                break
-        else:
-            if not st.saw_output and content:
-                st.saw_output = True
-            return PASS_ONLY
+                return self._declined(st, lane.index(accepts, first), index, content, original, ch)
+        if not st.saw_output and content:
+            st.saw_output = True
+        return PASS_ONLY
+
+    def _declined(
+        self,
+        st: _Choice,
+        entry: int,
+        index: int,
+        content: str,
+        original: bytes | dict[str, Any],
+        ch: ChoiceView | None = None,
+    ) -> list[Out]:
+        """The full path for ``content`` from lane entry ``entry``, which
+        declined it (the entries before it took it). The declining entry is
+        not asked again: a decline may keep its verdict for this very text
+        (the repetition cutter's ``_lane_hit``)."""
         if ch is None:
             ch = ChoiceView(index=index, delta=DeltaView(content=content))
-        # The steps before the one that declined took the text on the lane.
-        d, changed = self._feed_choice(ch, start=st.lane_pos[lane.index(accepts, first)])
+        d, changed = self._feed_choice(ch, start=st.lane_pos[entry])
         if not changed:
             return PASS_ONLY
         return self._changed(original, [(ch, d)])
@@ -288,13 +300,18 @@ class Chain:
         if k and not st.saw_output and (joined if k == n else any(texts[:k])):
             st.saw_output = True
         changes: list[tuple[int, list[Out]]] = []
-        # Text i >= k: the entries that took it go on from the first that
-        # did not (the first whose count is <= i), one text at a time.
+        # Text i >= k, one at a time, from the first entry that did not take
+        # it (the first whose count is <= i): if that entry saw it and
+        # declined it (its count is i), the full path from there; if it
+        # never got it, the lane from there.
         for i in range(k, n):
             if st.done or self.stopped:
                 return i, changes
-            first = next(j for j, t in enumerate(taken) if t <= i) if i < taken[0] else 0
-            out = self._lane_from(st, lane, index, first, texts[i], original)
+            first = next(j for j, t in enumerate(taken) if t <= i)
+            if taken[first] == i:
+                out = self._declined(st, first, index, texts[i], original)
+            else:
+                out = self._lane_from(st, lane, index, first, texts[i], original)
             if out is not PASS_ONLY:
                 changes.append((i, out))
         return n, changes

@@ -111,8 +111,11 @@ class TextLane(Protocol):
 
     ``feed_text(text)`` returns True when the transformer would pass this
     content through unchanged, having taken it into its state exactly as
-    ``feed`` would have. It returns False, *having changed nothing*, when it
-    would hold, rewrite or cut: the chain then calls ``feed`` with a Delta.
+    ``feed`` would have. It returns False when it would hold, rewrite or
+    cut: the chain then calls ``feed`` with a Delta of this very text (the
+    same object), and never offers the text to ``feed_text`` again. A
+    decline changes nothing, or only what that ``feed`` needs (the
+    repetition cutter keeps its verdict for it).
     A chunk on which every step returns True is forwarded as the upstream's
     own bytes without a Delta ever being made. A pipeline in which any step
     lacks ``feed_text`` always takes the full path (correct, slower); a step

@@ -154,6 +154,13 @@ class SSEDecoder:
         start = 0
         find = buf.find
         while True:
+            if buf.startswith(b"\n", start):
+                # A blank line before any field dispatches alone, as in
+                # ``_parse_general`` (the framing must not depend on when a
+                # CR first shows up in the stream).
+                events.append(_parse_block(b"\n", []))
+                start += 1
+                continue
             end = find(b"\n\n", start)
             if end < 0:
                 break

@@ -237,7 +237,32 @@ def test_a_run_feeds_each_step_each_text_once(texts: list[str], cuts: list[int])
     for a, b in itertools.pairwise(bounds):
         part = texts[a:b]
         taken, changes = runs.feed_plain_run(0, part, "".join(part), payload)
-        assert taken == len(part)
         got += [(a + i, out) for i, out in changes]
+        # The lane ended inside the run (a loop cut): the rest one by one.
+        got += [
+            (a + i, out)
+            for i in range(taken, len(part))
+            if (out := runs.feed_plain(0, part[i], payload)) != [PASS]
+        ]
     assert _CALL_ID.sub(b"call_", repr(got).encode()) == _CALL_ID.sub(b"call_", repr(want).encode())
     assert _steps_state(runs) == _steps_state(one)
+
+
+def test_a_declined_text_is_not_offered_again_to_the_step_that_declined_it() -> None:
+    """The repetition cutter takes the text that completes a loop and keeps
+    its verdict for the full path that follows; asked again, it would take
+    the text twice. Here it sees the run of seven equal texts at once, finds
+    the loop, goes back and declines the seventh one by one; that text then
+    takes the full path from the cutter, without being offered to it again."""
+    call = "{'name': 'get_weather', 'arguments': {'city': 'Paris'}}"
+    texts = [call] * 7
+    payload = orjson.dumps(chunk("x"))
+    one, runs = (Chain(Context.of(WEATHER, {})) for _ in range(2))
+    for c in (one, runs):
+        c.feed(decode_view(orjson.dumps(chunk(role="assistant", content=""))), payload)
+    for t in texts:
+        one.feed_plain(0, t, payload)
+    taken, _ = runs.feed_plain_run(0, texts, "".join(texts), payload)
+    assert taken == len(texts)
+    assert _steps_state(runs) == _steps_state(one)
+    assert _steps_state(runs)[0] == len(call) * len(texts)  # each text counted once

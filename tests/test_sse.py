@@ -80,6 +80,20 @@ def test_event_over_the_limit_is_an_error_not_memory() -> None:
         dec.feed(b"x" * 600)
 
 
+def test_stray_blank_lines_are_framed_alike_before_and_after_a_cr() -> None:
+    """A blank line before any field is its own (empty) block in the LF-only
+    parser as in the general one, so a CR arriving later in the stream (it
+    switches parsers) does not change how the earlier bytes were framed."""
+
+    def raws(parts: list[bytes]) -> list[bytes]:
+        d = SSEDecoder()
+        out = [ev.raw for p in parts for ev in d.feed(p)]
+        return out + [ev.raw for ev in d.close()]
+
+    assert raws([b"\n\n", b"\r"]) == raws([b"\n\n\r"]) == [b"\n", b"\n", b"\r"]
+    assert raws([b"data: x\n\n\ndata: y\n\n"]) == [b"data: x\n\n", b"\n", b"data: y\n\n"]
+
+
 def test_trailing_blank_bytes_are_not_lost() -> None:
     events = decode([b"data: a\n\n\n"])
     assert b"".join(e.raw for e in events) == b"data: a\n\n\n"
