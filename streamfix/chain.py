@@ -229,7 +229,12 @@ class Chain:
             return None
         assert st is not None
         self._template_src = original
-        return self._lane_from(st, lane, index, 0, content, original, ch)
+        for accepts in lane:  # (``_lane_from``, inlined: the hot path)
+            if not accepts(content):
+                return self._declined(st, lane.index(accepts), index, content, original, ch)
+        if not st.saw_output and content:
+            st.saw_output = True
+        return PASS_ONLY
 
     def _lane_from(
         self,
@@ -239,14 +244,13 @@ class Chain:
         first: int,
         content: str,
         original: bytes | dict[str, Any],
-        ch: ChoiceView | None = None,
     ) -> list[Out]:
         """``content`` on the lane from entry ``first`` on (the entries
         before it have taken it), then the full path from the entry that
         declines it, if one does."""
-        for accepts in lane[first:] if first else lane:
+        for accepts in lane[first:]:
             if not accepts(content):
-                return self._declined(st, lane.index(accepts, first), index, content, original, ch)
+                return self._declined(st, lane.index(accepts, first), index, content, original)
         if not st.saw_output and content:
             st.saw_output = True
         return PASS_ONLY

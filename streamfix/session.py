@@ -175,7 +175,6 @@ class SSESession:
             and data.startswith(shape.prefix)
             and data.endswith(shape.suffix)
             and len(data) >= shape.size
-            and data.find(b"\n", shape.start) == len(data) - 2
         ):
             # The fastest path: one plain-text event of the learned shape.
             outs = self._shaped(data, 0, len(data), shape)
