@@ -282,6 +282,35 @@ async def test_read_timeout_mid_stream_is_an_error_event_and_closes() -> None:
     assert assemble(data).content == "partial"
 
 
+async def test_read_timeout_after_the_stream_has_flowed_a_while() -> None:
+    """Chunks that keep coming, slower than the read timeout in all but
+    total, then silence: the silence is what times out (``ReadWatch``, which
+    takes over from aiohttp's per-read timer once the reply flows), and a
+    slow but steady stream is not cut."""
+    head = SSE_HEAD + sse([chunk(role="assistant")], done=False)
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        w.write(head)
+        await w.drain()
+        for piece in ("one", " two", " three", " four"):
+            await asyncio.sleep(0.15)  # 0.6 s in all, each gap under 0.3 s
+            w.write(sse([chunk(piece)], done=False))
+            await w.drain()
+        # then nothing: the proxy must give up and close
+
+    async with RawUpstream(script) as up:
+        async with AppServer(proxy_app(up.url, read_timeout=0.3)) as px:
+            t0 = time.monotonic()
+            status, data = await post(px.url, body())
+            waited = time.monotonic() - t0
+        await up.closed()
+    assert status == 200
+    err = assert_error_end(data)
+    assert "timed out" in err["message"].lower() or "TimeoutError" in err["message"]
+    assert assemble(data).content == "one two three four"
+    assert 0.6 + 0.3 <= waited < 0.6 + 0.3 + 1.0
+
+
 # -- the upstream answers with an error -----------------------------------------------
 
 

@@ -73,6 +73,7 @@ from .config import ServerConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .upstreams import (
     ERROR_BODY_BYTES,
+    ReadWatch,
     Upstream,
     UpstreamFailure,
     UpstreamPool,
@@ -780,11 +781,7 @@ class Proxy:
                 if len(self._matchers_built) >= MATCHER_CACHE:
                     self._matchers_built.clear()
                 self._matchers_built.add(key)
-        soft = (
-            self.cfg.required == "soft"
-            and body.get("tool_choice") == "required"
-            and bool(tools)
-        )
+        soft = self.cfg.required == "soft" and body.get("tool_choice") == "required" and bool(tools)
         up_body = dict(body)
         if soft:
             up_body["tool_choice"] = "auto"
@@ -984,12 +981,14 @@ class Proxy:
         got_data = False
         tail = b""
         error: str | None = None
+        watch = ReadWatch(resp, self.cfg.read_timeout)
         try:
             async for data in resp.content.iter_any():
                 got_data = True
-                t0 = perf()
+                t0 = watch.last = perf()
                 out = session.feed(data)
                 observe(perf() - t0)
+                watch.busy = True  # writing to the client: not the upstream's silence
                 if out:
                     if client.committed:
                         await client.write(out)
@@ -1002,6 +1001,7 @@ class Proxy:
                             await client.keepalive_if_due()
                 elif not client.committed:
                     await client.keepalive_if_due()
+                watch.busy = False
                 if session.finished:
                     break
                 if client.gone():
@@ -1037,6 +1037,7 @@ class Proxy:
             session.finish()
             tail = error_event("streamfix internal error", "internal_error")
         finally:
+            watch.cancel()
             self.metrics.count_report(session.report.counts)
             if session.report.reasoning and not up.info.reasoning:
                 up.mark_reasoning()

@@ -257,3 +257,55 @@ def error_body(
 ) -> dict[str, Any]:
     """An OpenAI-shaped error object."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class ReadWatch:
+    """The read timeout of a streamed reply's body, as one timer per stream.
+
+    aiohttp's ``sock_read`` re-arms a timer on every network read (a cancel,
+    a new handle, a heap push): measurable latency on every chunk of a
+    stream. Once the reply's headers are in, this takes over: the stream's
+    loop notes each read in ``last`` and sets ``busy`` while it writes to
+    the client (a slow client is not a silent upstream), and one timer
+    checks, re-armed for the time left only when it fires. After
+    ``timeout`` seconds without a read, the body's reader raises
+    ``ServerTimeoutError``, as with ``sock_read``. Where the connection's
+    protocol does not let its own timeout be switched off, it stays in
+    charge and this does nothing.
+    """
+
+    __slots__ = ("busy", "content", "handle", "last", "loop", "timeout")
+
+    def __init__(self, resp: aiohttp.ClientResponse, timeout: float | None) -> None:
+        self.busy = False
+        self.last = time.perf_counter()
+        self.timeout = timeout
+        self.content = resp.content
+        self.handle: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()
+        conn = resp.connection
+        proto = conn.protocol if conn is not None else None
+        switch = getattr(type(proto), "read_timeout", None)
+        if not timeout or not isinstance(switch, property) or switch.fset is None:
+            return
+        # aiohttp's timer, armed at the headers, is dropped at the next read.
+        proto.read_timeout = None  # type: ignore[union-attr]
+        self.handle = self.loop.call_later(timeout, self._check)
+
+    def _check(self) -> None:
+        assert self.timeout is not None
+        idle = time.perf_counter() - self.last
+        if self.busy or idle < self.timeout:
+            self.handle = self.loop.call_later(
+                self.timeout if self.busy else self.timeout - idle, self._check
+            )
+            return
+        self.handle = None
+        self.content.set_exception(
+            aiohttp.ServerTimeoutError("Timeout on reading data from socket")
+        )
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
