@@ -70,12 +70,10 @@ class _Shape:
         "index",
         "payload",
         "prefix",
-        "prefix_quotes",
         "sep",
         "size",
         "start",
         "suffix",
-        "suffix_quotes",
     )
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
@@ -89,11 +87,9 @@ class _Shape:
         self.end = len(suffix)
         self.size = self.start + self.end  # the shortest event of the shape
         self.index = index  # the choice the content belongs to
-        #: Between two events of the shape: no content can hold it (it has
-        #: a line end), so splitting a run of them on it is exact.
+        #: The bytes between two contents of the shape, from one event into
+        #: the next: no content holds them (they have a line end).
         self.sep = suffix + prefix
-        self.prefix_quotes = prefix.count(b'"')
-        self.suffix_quotes = suffix.count(b'"')
 
     @classmethod
     def learn(cls, raw: bytes, index: int, content: str) -> _Shape | None:

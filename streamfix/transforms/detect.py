@@ -329,8 +329,10 @@ class ToolTagDetector:
         when one search of the run finds no marker and no marker's prefix
         at the end of any text (then ``feed_text`` would take each, and the
         state after them is ``_note``'s on the joined text); else one by
-        one. The search is cautious: a marker glued to a word, or one that
-        counts only at a line's start, sends the run one by one too."""
+        one. The search is cautious: a marker that counts only at a line's
+        start, or a name marker at a text's start (the word before it is in
+        the text before), sends the run one by one, where ``_search``
+        decides with the per-text rules."""
         if (
             not self._plain
             or self._since_call
