@@ -19,8 +19,8 @@ CORPUS: list[str] = [
     '```json\n{"name": "my-package", "version": "1.0.0", "dependencies": {}}\n```',
     '```json\n{"type": "object", "properties": {"order_id": {"type": "string"}}}\n```',
     "[1, 2, 3] is a list and {1, 2} is a set.",
-    "The config:\n{\n  \"port\": 8080,\n  \"debug\": true\n}\nRestart after.",
-    "Results:\n[3, 1, 2]\n[\"a\"]\n{}\n[]",
+    'The config:\n{\n  "port": 8080,\n  "debug": true\n}\nRestart after.',
+    'Results:\n[3, 1, 2]\n["a"]\n{}\n[]',
     'Example of the format (not a call):\n{"name": "delete_everything", "arguments": {}}',
     '{"name": "lookup_order", "description": "Look up an order by id"}',
     # code calling a function with an offered tool's name
