@@ -288,3 +288,20 @@ def test_non_streamed_completion_is_stripped() -> None:
     assert out["choices"][0]["message"]["content"] == "Answer: 4."
     untouched = streamfix.fix_completion(completion)
     assert untouched["choices"][0]["message"]["content"] == "Answer: 4.<|im_end|>"
+
+
+@pytest.mark.parametrize("token", ["<|tool_result|>", "<|im_end|>", "[TOOL_CALLS]"])
+def test_a_fence_after_stripped_markup_opens_a_code_block_at_any_split(token: str) -> None:
+    """Markup stripped in front of a fence leaves the fence at its line's
+    start, whether the token came in the same chunk as the fence or its
+    own: the code block and its closing fence stay (a closing fence taken
+    for an empty opener was stripped when the text came whole)."""
+    text = token + "```python\nx = 1\n```\n"
+    want = "```python\nx = 1\n```\n"
+    whole = streamfix.fix_completion(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]},
+        SHAPES_REQUEST,
+    )
+    assert whole["choices"][0]["message"]["content"] == want
+    for pieces in ([text], list(text), [token, text[len(token) :]]):
+        assert assemble(run_sse(text_stream(pieces), SHAPES_REQUEST)).content == want

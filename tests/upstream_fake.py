@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import orjson
 from aiohttp import web
@@ -138,7 +138,47 @@ def refusing_url() -> str:
     return f"http://127.0.0.1:{free_port()}/v1"
 
 
-class FakeUpstream:
+class AppServer:
+    """Any aiohttp app (the proxy, a middleware-wrapped app) on loopback,
+    run as ``streamfix serve`` runs it (``handler_cancellation=True``)."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, port: int = 0) -> Self:
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class FakeUpstream(AppServer):
+    """A scripted OpenAI-compatible upstream on loopback: replies from
+    ``queue``, ``handler`` or ``default``; every request recorded."""
+
     def __init__(
         self,
         default: Reply | None = None,
@@ -154,16 +194,9 @@ class FakeUpstream:
         #: Called for each chat request; a Reply it returns wins.
         self.handler = handler
         self.requests: list[Received] = []
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        super().__init__(app)
 
     def push(self, *replies: Reply) -> None:
         self.queue.extend(replies)
@@ -171,27 +204,6 @@ class FakeUpstream:
     @property
     def chat_requests(self) -> list[Received]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
-
-    async def start(self, port: int = 0) -> FakeUpstream:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeUpstream:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -244,36 +256,6 @@ class FakeUpstream:
             await asyncio.sleep(3600)
         await resp.write_eof()
         return resp
-
-
-class AppServer:
-    """Any aiohttp app (the proxy, a middleware-wrapped app) on loopback,
-    run as ``streamfix serve`` runs it (``handler_cancellation=True``)."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.app = app
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> AppServer:
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 def proxy_app(*upstreams: str, **settings: Any) -> web.Application:

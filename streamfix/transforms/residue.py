@@ -239,7 +239,7 @@ class ResidueStripper:
             seen = m.end()
             g = m.group()
             if g[0] == "`":
-                if not self._fence_at_line_head(text, i):
+                if not self._fence_at_line_head(out, text[pos:i]):
                     continue
                 if self._in_fence:
                     self._in_fence = False
@@ -323,11 +323,19 @@ class ResidueStripper:
             return "close" if "=" not in g else None
         return "open"
 
-    def _fence_at_line_head(self, text: str, i: int) -> bool:
-        nl = text.rfind("\n", 0, i)
-        if text[nl + 1 : i].strip(" \t"):
-            return False
-        return nl >= 0 or self._line_head
+    def _fence_at_line_head(self, out: list[str], before: str) -> bool:
+        """Whether a fence starts its line in what goes out: ``out`` (this
+        scan's output so far) then ``before`` (the text kept up to the
+        fence). Stripped markup does not count: ``<|tool_result|>`` then a
+        fence opens a code block, as it does when the token arrives in a
+        chunk of its own (the result must not depend on the split)."""
+        for piece in (before, *reversed(out)):
+            nl = piece.rfind("\n")
+            if piece[nl + 1 :].strip(" \t"):
+                return False
+            if nl >= 0:
+                return True
+        return self._line_head
 
     def _opening_fence(self, text: str, end: int, final: bool) -> int | None:
         """After an opening fence ending at ``end``: -1 for a real code
