@@ -4,7 +4,9 @@ command itself as a real process."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
@@ -40,6 +42,20 @@ def test_help_documents_every_setting(capsys: pytest.CaptureFixture[str]) -> Non
         "[[upstream]]",
     ):
         assert word in text
+
+
+def test_help_states_the_defaults_the_config_has() -> None:
+    """Each "(default X)" in --help is ServerConfig's own default (the two
+    are written apart, so a changed default must show up here)."""
+    units = {"KiB": 1024, "MiB": 1024 * 1024}
+    defaults = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+    for s in SETTINGS:
+        stated = re.search(r"\(default ([^)]+)\)", s.help)
+        assert stated is not None, s.name
+        value, _, unit = stated.group(1).partition(" ")
+        want = defaults[s.name]
+        got = s.type(value) * units[unit] if unit else s.type(value)
+        assert got == want, (s.name, stated.group(1), want)
 
 
 def test_defaults() -> None:

@@ -456,7 +456,7 @@ def python_calls(text: str) -> list[RawCall] | None:
     for node in nodes:
         if not isinstance(node, ast.Call) or node.args:
             return None
-        name = _dotted(node.func)
+        name = dotted_name(node.func)
         if name is None:
             return None
         kwargs: dict[str, Any] = {}
@@ -471,10 +471,11 @@ def python_calls(text: str) -> list[RawCall] | None:
     return out or None
 
 
-def _dotted(node: ast.expr) -> str | None:
+def dotted_name(node: ast.expr) -> str | None:
+    """``f`` or ``functions.f`` of a call's callee; None for anything else."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
+        head = dotted_name(node.value)
         return None if head is None else f"{head}.{node.attr}"
     return None

@@ -14,18 +14,10 @@ from collections.abc import Mapping
 
 from ..args import call_node_args
 from ..context import ToolSpec
+from ._family import dotted_name
 from .base import EndFinder, Format, RawCall
 from .code_call import call_arguments
 from .scan import BalancedLine
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return None if head is None else f"{head}.{node.attr}"
-    return None
 
 
 def pythonic_calls(text: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
@@ -41,7 +33,7 @@ def pythonic_calls(text: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | 
     for item in items:
         if not isinstance(item, ast.Call):
             return None
-        name = _dotted(item.func)
+        name = dotted_name(item.func)
         got = call_node_args(item)
         if name is None or got is None:
             return None
