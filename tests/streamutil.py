@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -95,11 +95,16 @@ def text_stream(pieces: Sequence[str], finish: str = "stop", done: bool = True) 
     )
 
 
+_S = TypeVar("_S", str, bytes)
+
+
 def split_bytes(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 
 
-def split_at(data: bytes, cuts: Iterable[int]) -> list[bytes]:
+def split_at(data: _S, cuts: Iterable[int]) -> list[_S]:
+    """``data`` (bytes or text) cut at the offsets in ``cuts`` that fall
+    inside it."""
     points = sorted({c for c in cuts if 0 < c < len(data)})
     parts, prev = [], 0
     for p in points:
@@ -107,6 +112,17 @@ def split_at(data: bytes, cuts: Iterable[int]) -> list[bytes]:
         prev = p
     parts.append(data[prev:])
     return parts
+
+
+def split_sizes(text: str, sizes: Sequence[int]) -> list[str]:
+    """``text`` cut into pieces of the given sizes, cycling through them."""
+    pieces, i, k = [], 0, 0
+    while i < len(text):
+        n = sizes[k % len(sizes)]
+        pieces.append(text[i : i + n])
+        i += n
+        k += 1
+    return pieces
 
 
 async def _aiter(parts: Iterable[bytes]) -> AsyncIterator[bytes]:

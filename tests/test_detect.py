@@ -16,7 +16,15 @@ from streamfix.session import SSESession
 from streamfix.transforms.detect import MAX_GAP_WS, QUIET_LEN, QUIET_MAX, ToolTagDetector
 
 from .detectutil import check_split_invariant, result, run_parts, run_pieces
-from .streamutil import CAPTURES, SHAPES_REQUEST, fix_text, split_bytes, text_stream, tool
+from .streamutil import (
+    CAPTURES,
+    SHAPES_REQUEST,
+    fix_text,
+    split_bytes,
+    split_sizes,
+    text_stream,
+    tool,
+)
 
 LO = '{"name": "lookup_order", "arguments": {"order_id": "A-1"}}'
 
@@ -307,12 +315,10 @@ def test_hold_back_bound(tokens: list[str], sizes: list[int]) -> None:
     text = "".join(tokens)
     d = detector()
     out: list[str] = []
-    i = k = 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        k += 1
-        dl = Delta(content=text[i : i + n])
-        i += n
+    i = 0  # text fed so far
+    for piece in split_sizes(text, sizes):
+        dl = Delta(content=piece)
+        i += len(piece)
         d.feed(dl)
         out.append(dl.content or "")
         if not d.in_region:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from .detectutil import result, run_pieces
+from .streamutil import split_sizes
 
 CORPUS: list[str] = [
     # JSON that is not a call
@@ -90,13 +91,7 @@ def test_genuine_answer_is_byte_identical(text: str) -> None:
 
 @given(st.sampled_from(CORPUS), st.lists(st.integers(1, 9), min_size=1, max_size=30))
 def test_genuine_answer_any_chunking(text: str, sizes: list[int]) -> None:
-    pieces, i, k = [], 0, 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        pieces.append(text[i : i + n])
-        i += n
-        k += 1
-    a, _ = run_pieces(pieces)
+    a, _ = run_pieces(split_sizes(text, sizes))
     assert result(a) == (text, "", [], "stop")
 
 

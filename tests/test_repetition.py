@@ -29,6 +29,7 @@ from .streamutil import (
     chunk,
     run_sse,
     split_at,
+    split_sizes,
     sse,
     text_stream,
     tool,
@@ -177,13 +178,7 @@ def test_loop_in_reasoning_is_cut(name: str, prefix: str, unit: str) -> None:
 def test_loop_cut_at_any_chunking(loop: tuple[str, str, str], sizes: list[int]) -> None:
     _, prefix, unit = loop
     text, start, p = _loop_text(prefix, unit)
-    pieces, i, k = [], 0, 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        pieces.append(text[i : i + n])
-        i += n
-        k += 1
-    out, d, _ = _cut(pieces)
+    out, d, _ = _cut(split_sizes(text, sizes))
     _check_cut(text, start, p, out, d)
 
 

@@ -167,13 +167,7 @@ def test_hold_is_bounded() -> None:
 def test_split_invariance(parts: list[str], cuts: list[int]) -> None:
     text = "\n".join(parts)
     whole, _ = _strip([text])
-    points = sorted({c for c in cuts if 0 < c < len(text)})
-    pieces, prev = [], 0
-    for p in points:
-        pieces.append(text[prev:p])
-        prev = p
-    pieces.append(text[prev:])
-    split, _ = _strip(pieces)
+    split, _ = _strip(split_at(text, cuts))
     assert split == whole
 
 
