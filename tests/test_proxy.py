@@ -418,32 +418,6 @@ LLAMA_OVERFLOW = (
 )
 
 
-@pytest.mark.parametrize("stream", [True, False])
-async def test_context_length_exceeded_learns_window_and_asks_again(stream: bool) -> None:
-    err = Reply.json(
-        {
-            "error": {
-                "message": LLAMA_OVERFLOW,
-                "type": "invalid_request_error",
-                "param": "messages",
-                "code": "context_length_exceeded",
-            }
-        },
-        status=400,
-    )
-    ok = Reply.stream(text_stream(["ok"])) if stream else Reply.json(completion("ok"))
-    async with FakeUpstream() as up:
-        up.push(err, ok)
-        async with AppServer(proxy_app(up.url)) as px:
-            status, _, _ = await post(px.url, body(stream=stream, max_tokens=4096))
-            async with aiohttp.ClientSession() as s, s.get(px.root + "/healthz") as r:
-                health = await r.json()
-    assert status == 200
-    first, second = up.chat_requests
-    assert first.body["max_tokens"] == 4096 and second.body["max_tokens"] < 2048
-    assert health["upstreams"][0]["window"] == 2048
-
-
 def _llama_overflow_error() -> Reply:
     return Reply.json(
         {
@@ -456,6 +430,22 @@ def _llama_overflow_error() -> Reply:
         },
         status=400,
     )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_context_length_exceeded_learns_window_and_asks_again(stream: bool) -> None:
+    err = _llama_overflow_error()
+    ok = Reply.stream(text_stream(["ok"])) if stream else Reply.json(completion("ok"))
+    async with FakeUpstream() as up:
+        up.push(err, ok)
+        async with AppServer(proxy_app(up.url)) as px:
+            status, _, _ = await post(px.url, body(stream=stream, max_tokens=4096))
+            async with aiohttp.ClientSession() as s, s.get(px.root + "/healthz") as r:
+                health = await r.json()
+    assert status == 200
+    first, second = up.chat_requests
+    assert first.body["max_tokens"] == 4096 and second.body["max_tokens"] < 2048
+    assert health["upstreams"][0]["window"] == 2048
 
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 260
