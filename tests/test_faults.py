@@ -30,6 +30,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from streamfix.server.app import PROXY
+
 from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
 from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
 
@@ -211,6 +213,83 @@ async def test_refused_connection_is_502(stream: bool) -> None:
         status, data = await post(px.url, body(stream))
     assert status == 502
     assert assert_openai_error(data)["code"] == "connect"
+
+
+class ClosesReusedConnections:
+    """A keep-alive upstream whose first completion leaves its connection
+    spent: the next request on that connection is met by a close, with no
+    reply. That is how llama-cpp-python treats a connection after an empty
+    stream (it closes it a moment later; a request sent in that moment
+    meets a closed connection). Every other connection stays usable."""
+
+    REPLY = orjson.dumps(
+        {"id": "c", "object": "chat.completion", "model": "m",
+         "choices": [{"index": 0, "finish_reason": "stop",
+                      "message": {"role": "assistant", "content": "hello"}}]}
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.dropped = 0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aenter__(self) -> ClosesReusedConnections:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            spent = False
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                if spent:
+                    self.dropped += 1
+                    return
+                if head.startswith(b"GET "):  # the proxy's start-up probes
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                else:
+                    spent = self.answered == 0
+                    self.answered += 1
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(self.REPLY), self.REPLY)
+                    )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def test_a_reused_connection_closed_by_the_upstream_is_sent_again() -> None:
+    """No retries configured, yet every request is answered: a request that
+    meets a kept-alive connection the upstream has just closed goes out
+    again on a new one, and the upstream is not counted as failing."""
+    async with ClosesReusedConnections() as up, AppServer(proxy_app(up.url, retries=0)) as px:
+        # the pool hands out its idle connections in turn (the start-up
+        # probes opened a few): the spent one comes back within these
+        for _ in range(8):
+            status, data = await post(px.url, body(stream=False))
+            assert status == 200, data
+            assert orjson.loads(data)["choices"][0]["message"]["content"] == "hello"
+        (upstream,) = px.app[PROXY].pool.upstreams
+        assert upstream.failures == 0
+    assert up.dropped == 1 and up.answered == 8
 
 
 @contextlib.asynccontextmanager

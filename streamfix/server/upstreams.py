@@ -5,7 +5,9 @@ resting. Before the first byte of the reply reached the client, a
 connection error, a timeout, a 5xx or a 429 moves on to the next upstream
 in that order; after a whole round fails, the round is tried again after an
 exponential backoff, ``retries`` times. An upstream that failed is rested
-(skipped while others are available) for ``rest`` seconds.
+(skipped while others are available) for ``rest`` seconds. A request that
+meets a kept-alive connection the upstream has just closed is sent again at
+once on a new one, and is no failure (``_request``).
 
 Headers: the client's end-to-end headers are forwarded, hop-by-hop ones
 (RFC 9110 §7.6.1) are not. ``Authorization``: an upstream's configured key
@@ -185,6 +187,29 @@ class UpstreamFailure(Exception):
 ErrorHook = Callable[[Upstream, str], None]
 
 
+async def _request(
+    session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kw: Any
+) -> aiohttp.ClientResponse:
+    """``session.request``, sent once more on a new connection when the
+    connection it went out on turns out closed before any reply.
+
+    That is a kept-alive connection the server closed as it was reused
+    (llama-cpp-python closes one after an empty stream, a moment later):
+    aiohttp sends such a request again by itself only for idempotent
+    methods, and a chat completion is a POST. Asking twice costs at most
+    one more generation; the error is not the upstream's, so it is neither
+    counted nor rested. A connection that could not be opened at all
+    (``ClientConnectorError``) is a real failure and is not retried here.
+    """
+    try:
+        return await session.request(method, url, **kw)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise
+        log.info("%s closed a connection before replying (%s); sending again", up.name, exc)
+        return await session.request(method, url, **kw)
+
+
 async def send(
     pool: UpstreamPool,
     session: aiohttp.ClientSession,
@@ -212,7 +237,9 @@ async def send(
         for up in order if order is not None else pool.order():
             url = up.cfg.url + path
             try:
-                resp = await session.request(
+                resp = await _request(
+                    session,
+                    up,
                     method,
                     url,
                     data=body_for(up),

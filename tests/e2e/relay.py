@@ -114,8 +114,13 @@ class RecordingRelay:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self._session is None:
+            # A new connection to the server per request: after an empty
+            # stream, llama-cpp-python closes that connection a moment
+            # later, and a pooled one reused in that moment would fail in
+            # the relay (a 500 that streamfix never caused).
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_read=300)
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=300),
             )
         body = await request.read()
         ex = Exchange(request.method, request.path, body)

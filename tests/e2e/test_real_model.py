@@ -341,3 +341,29 @@ def test_overflow_is_never_seen_by_the_client(
     else:
         status, obj = post_json(http, proxy.base_url, body)
         assert status == 200, obj
+
+
+def test_overflow_straight_to_the_server(http: httpx.Client, llama: LocalServer) -> None:
+    """The same overflow, streamed, with nothing between streamfix and the
+    server. After its empty stream, llama-cpp-python closes that
+    connection, but only once a next request arrives on it: the probe that
+    follows at once meets a stale pooled connection. streamfix sends it
+    again on a fresh one, and the client still sees a reply."""
+    from streamfix.server import ServerConfig, create_app
+    from streamfix.server.config import parse_upstream
+
+    config = ServerConfig(upstreams=[parse_upstream(llama.base_url)])
+    with AppThread(create_app(config), handler_cancellation=True) as proxy:
+        for _ in range(3):
+            body = {
+                "model": "smollm2",
+                "messages": [
+                    {"role": "user", "content": LONG_TEXT},
+                    {"role": "assistant", "content": "Noted."},
+                    {"role": "user", "content": "Say hello."},
+                ],
+                "max_tokens": 16,
+                "temperature": 0,
+            }
+            got = stream_assembled(http, proxy.base_url, body)
+            assert not got.errors and got.content
