@@ -18,6 +18,7 @@ from streamfix.transforms.repetition import (
     CHECK_EVERY,
     MAX_PERIOD,
     RepetitionCutter,
+    _Channel,
     check_interval,
     required_span,
 )
@@ -191,6 +192,62 @@ def test_detection_position_does_not_depend_on_chunking() -> None:
     ones, _, _ = _cut(_pieces(text, 1))
     assert len(whole) == start + p
     assert (len(ones) + 1) % CHECK_EVERY == 0  # the detecting character is dropped
+
+
+_WORDS = ["the", "cat", "sat", "on", "mat", "1.", "2.", "x", "=", "\n", " ", "{", "}", "ab"]
+
+
+def _first_hit(ch: _Channel, pieces: list[str]) -> tuple[int, int] | None:
+    """The loop the channel finds first: (period, absolute position of the
+    check that found it), or None."""
+    for piece in pieces:
+        hit = ch.feed(piece)
+        if hit is not None:
+            return hit[0], ch.next_check
+    return None
+
+
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 3000),
+    st.one_of(st.none(), st.integers(1, MAX_PERIOD + 60)),
+    st.lists(st.integers(65, 3000), min_size=1, max_size=8),
+)
+def test_screened_checks_find_what_each_check_finds(
+    seed: int, before: int, period: int | None, sizes: list[int]
+) -> None:
+    """Pieces of 64 characters or more meet several checks at once, which
+    one screen (``quiet``) may skip together; pieces under 64 characters
+    meet one check at a time. The same loop is found at the same check
+    either way: near-repetitive text of few words, then a loop of any
+    period (or none), then a numbered list that loops."""
+    rnd = random.Random(seed)
+    text = "".join(rnd.choice(_WORDS) for _ in range(before))
+    if period is not None:
+        unit = "".join(rnd.choice(_WORDS) for _ in range(period))[:period]
+        text += unit * (max(4 * period, 400) // len(unit) + 2)
+    text += "".join(f"{i}. same item\n" for i in range(1, 40))
+    small = _first_hit(_Channel(), split_sizes(text, [rnd.randint(1, 63) for _ in range(50)]))
+    large = _first_hit(_Channel(), split_sizes(text, sizes))
+    assert small == large
+    assert small is not None  # the numbered list at the end, at least
+
+
+@pytest.mark.parametrize("period", [1, 3, 64, 100, 101, 300, 512, 513, 1000, MAX_PERIOD])
+def test_screened_checks_at_every_loop_onset(period: int) -> None:
+    """The same, for a loop starting at every position of the check grid
+    (it repeats every ``CHECK_EVERY * LONG_EVERY`` = 256 characters): a
+    screen of checks that reached too far, or searched too short a range,
+    would miss a loop that starts inside it."""
+    for onset in range(600, 600 + 256):
+        rnd = random.Random(onset)
+        before = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(onset))
+        unit = "".join(rnd.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ ") for _ in range(period))
+        text = before + unit * (max(4 * period, 400) // period + 2)
+        small = _first_hit(_Channel(), split_sizes(text, [rnd.randint(1, 63) for _ in range(9)]))
+        large = _first_hit(_Channel(), split_sizes(text, [rnd.randint(200, 3000)]))
+        assert small == large, onset
+        assert small is not None and small[0] == period
 
 
 # -- legitimate repetition is not a loop -----------------------------------

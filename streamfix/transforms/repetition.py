@@ -55,6 +55,10 @@ C-speed check: ``rfind`` the last ``PROBE`` characters within
 ``SHORT_PERIOD`` (every ``LONG_EVERY``-th check: ``MAX_PERIOD``) before
 them to get candidate periods, verify each with one ``startswith`` slice
 compare. Amortised O(1) per character; the tail is bounded by ``WINDOW``.
+A piece of text that reaches several checks at once (a run of chunks read
+together) screens up to three of them with one search (``quiet``): if the
+first one's probe recurs nowhere and no line ends near them, none of them
+can find anything; otherwise each is made.
 
 **Cutting.** On a cut, the text already sent stays sent; of this delta's
 text only what comes before the end of the loop's first copy is kept (the
@@ -140,6 +144,29 @@ def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
     return None
 
 
+#: Every this many characters, a check looks for long periods too.
+LONG_AT: Final = CHECK_EVERY * LONG_EVERY
+#: Checks at most this far apart share one screen (``quiet``): for any
+#: period, a loop found by the last of them spans the first one's probe and
+#: the probe one period before it.
+SCREEN_REACH: Final = min(required_span(p) - PROBE - p for p in range(1, MAX_PERIOD + 1))
+
+
+def quiet(s: str, t: int, last: int, long: bool) -> bool:
+    """True when no check at ``t``, ``t + CHECK_EVERY`` … ``last`` (at most
+    ``SCREEN_REACH`` apart, ``t >= MIN_SPAN``) can find a loop or a
+    numbered run, with two searches instead of two per check: a loop of
+    period ``p`` found by any of them makes the text periodic from before
+    ``t``'s probe, so that probe recurs ``p`` characters earlier (``long``:
+    a check among them looks for long periods); a numbered run needs a
+    line end in the last ``CHECK_EVERY`` characters before a check. Text
+    without loops passes; text that fails goes check by check."""
+    if s.find("\n", t - CHECK_EVERY, last) >= 0:
+        return False
+    reach = MAX_PERIOD if long else SHORT_PERIOD
+    return s.rfind(s[t - PROBE : t], max(0, t - PROBE - reach), t - 1) < 0
+
+
 def loop_start(s: str, p: int, a: int) -> int:
     """Extend a periodic run starting at ``a`` backwards: where it began."""
     while a >= p and s[a - p : a] == s[a : a + p]:
@@ -201,16 +228,12 @@ class _Channel:
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
 
-    def save(self) -> tuple[str, int, list[str], int, int]:
-        """The state, for ``restore`` (``RepetitionCutter.feed_texts``)."""
-        return self.tail, self.base, self.new[:], self.total, self.next_check
-
-    def restore(self, saved: tuple[str, int, list[str], int, int]) -> None:
-        self.tail, self.base, self.new, self.total, self.next_check = saved
-
-    def feed(self, text: str) -> tuple[int, int] | None:
+    def feed(self, text: str, undo_on_hit: bool = False) -> tuple[int, int] | None:
         """Append ``text``; on a loop, ``(period, characters of text to
-        keep)``."""
+        keep)``, and with ``undo_on_hit`` the channel as it was before
+        (``RepetitionCutter.feed_texts``: no copy of the state is made
+        beforehand, which would keep a second reference to the tail and
+        make the append below copy it)."""
         self.new.append(text)
         start = self.total
         self.total += len(text)
@@ -218,14 +241,25 @@ class _Channel:
             return None
         s = self.tail
         self.tail = ""  # ``s`` is the only reference: ``+=`` grows it in place
+        held = len(s)
         s += "".join(self.new)
         self.new.clear()
         base = self.base
         found: tuple[int, int] | None = None
-        t_abs = self.next_check
-        while t_abs <= self.total:
+        first_check = t_abs = self.next_check
+        total = self.total
+        screened = 0  # checks before this one were screened together
+        while t_abs <= total:
             t = t_abs - base
-            hit = find_loop(s, t, t_abs % (CHECK_EVERY * LONG_EVERY) == 0)
+            if t_abs >= screened and total - t_abs >= CHECK_EVERY and t >= MIN_SPAN:
+                # Several checks due (a run of texts): one screen for up
+                # to ``SCREEN_REACH`` characters of them.
+                last = t_abs + min(total - t_abs, SCREEN_REACH) // CHECK_EVERY * CHECK_EVERY
+                if quiet(s, t, last - base, last // LONG_AT * LONG_AT >= t_abs):
+                    t_abs = last + CHECK_EVERY
+                    continue
+                screened = last + CHECK_EVERY  # not quiet: each check of them
+            hit = find_loop(s, t, t_abs % LONG_AT == 0)
             if hit is not None:
                 p, a = hit
                 first = loop_start(s, p, a) + p  # end of the first copy
@@ -235,6 +269,14 @@ class _Channel:
                     p, first = hit[0], hit[1] + hit[0]
             if hit is not None:
                 found = (p, max(0, min(len(text), base + first - start)))
+                if undo_on_hit:
+                    # ``s`` is the old tail, the old pieces, then ``text``
+                    self.tail = s[:held]
+                    if start - base > held:
+                        self.new.append(s[held : start - base])
+                    self.total = start
+                    self.next_check = first_check
+                    return found
                 break
             t_abs += CHECK_EVERY
         self.next_check = t_abs
@@ -281,11 +323,8 @@ class RepetitionCutter:
         at absolute positions, so the joined text meets the same ones; if
         one finds a loop, the channel goes back to before the run and the
         texts go one by one, to decline the very text ``feed_text`` would."""
-        ch = self._content
-        saved = ch.save()
-        if ch.feed(joined) is None:
+        if self._content.feed(joined, undo_on_hit=True) is None:
             return len(texts)
-        ch.restore(saved)
         return take_each(self.feed_text, texts)
 
     def feed(self, d: Delta) -> None:
