@@ -74,6 +74,7 @@ class _Shape:
         "size",
         "start",
         "suffix",
+        "twice",
     )
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
@@ -86,6 +87,7 @@ class _Shape:
         self.start = len(prefix)
         self.end = len(suffix)
         self.size = self.start + self.end  # the shortest event of the shape
+        self.twice = 2 * self.size  # the shortest read of two events of it
         self.index = index  # the choice the content belongs to
         #: The bytes between two contents of the shape, from one event into
         #: the next: no content holds them (they have a line end).
@@ -170,14 +172,14 @@ class SSESession:
             shape is not None
             and data.startswith(shape.prefix)
             and data.endswith(shape.suffix)
-            and len(data) >= shape.size
-            and data.find(b"\n", shape.start) == len(data) - 2
+            and (n := len(data)) >= shape.size
+            and (n < shape.twice or data.find(b"\n", shape.start) == n - 2)
         ):
-            # The fastest path: one plain-text event of the learned shape
-            # (its only line end is its last but one byte: the prefix and
-            # the content have none, so a read of several events ends its
-            # first line earlier and goes to ``_batch``).
-            outs = self._shaped(data, 0, len(data), shape)
+            # The fastest path: one plain-text event of the learned shape.
+            # (A read of several is at least twice the shape's size, and
+            # has a line end before its last two bytes: it goes to
+            # ``_batch``.)
+            outs = self._shaped(data, 0, n, shape)
             if outs is not None:
                 return data if outs is PASS_ONLY else self._sent(outs, data)
         if (
