@@ -732,6 +732,33 @@ async def test_slow_client_gets_backpressure_not_buffering() -> None:
     assert got.startswith(b"data: {") or b"\n\ndata: {" in got
 
 
+async def test_a_slow_client_is_not_an_upstream_read_timeout() -> None:
+    """The client stops reading for longer than the read timeout: the proxy
+    waits on its write to the client, reads nothing from the upstream
+    meanwhile, and that pause is not the upstream's silence (``ReadWatch``
+    counts no time spent writing). When the client reads on, the stream
+    goes on, with no timeout error in it."""
+    up = CountingUpstream()
+    async with (
+        AppServer(up.app()) as ups,
+        AppServer(proxy_app(ups.url, read_timeout=0.3)) as px,
+        aiohttp.ClientSession() as s,
+    ):
+        r = await s.post(px.url + "/chat/completions", json=body())
+        await r.content.readany()
+        stalled_at = await plateau(up)  # 0.5 s at least: every buffer full
+        await asyncio.sleep(0.5)
+        got = b""
+        # past all that the buffers held: what the proxy read after its
+        # write to the client went through again
+        while len(got) < stalled_at + 1_000_000:
+            part = await asyncio.wait_for(r.content.readany(), CLIENT_WAIT)
+            assert part, "the stream ended"
+            got += part
+        r.close()
+    assert b'{"error"' not in got
+
+
 async def test_slow_client_while_output_is_held_is_bounded() -> None:
     # tools offered: the proxy holds output while a re-ask is possible, but
     # never more than MAX_HELD_BYTES; then backpressure as above
