@@ -244,13 +244,14 @@ class Chain:
         first: int,
         content: str,
         original: bytes | dict[str, Any],
+        ch: ChoiceView | None = None,
     ) -> list[Out]:
         """``content`` on the lane from entry ``first`` on (the entries
         before it have taken it), then the full path from the entry that
         declines it, if one does."""
         for accepts in lane[first:]:
             if not accepts(content):
-                return self._declined(st, lane.index(accepts, first), index, content, original)
+                return self._declined(st, lane.index(accepts, first), index, content, original, ch)
         if not st.saw_output and content:
             st.saw_output = True
         return PASS_ONLY
@@ -276,7 +277,13 @@ class Chain:
         return self._changed(original, [(ch, d)])
 
     def feed_plain_run(
-        self, index: int, texts: list[str], joined: str, original: bytes | dict[str, Any]
+        self,
+        index: int,
+        texts: list[str],
+        joined: str,
+        original: bytes | dict[str, Any],
+        originals: list[bytes] | None = None,
+        choices: list[ChoiceView] | None = None,
     ) -> tuple[int, list[tuple[int, list[Out]]]]:
         """``feed_plain`` for a run of such chunks of choice ``index`` read
         at once (``joined`` is ``"".join(texts)``), with each lane step
@@ -284,7 +291,9 @@ class Chain:
         chunks were taken and, for those of them not sent unchanged, their
         position and what ``feed_plain`` would have returned. Fewer are
         taken when the choice's lane ends within the run (a cut, a
-        finish): the caller feeds the rest one by one."""
+        finish): the caller feeds the rest one by one. ``original`` stands
+        for every chunk of the run, unless ``originals`` (and ``choices``,
+        their decoded choice views) give each its own."""
         st = self._choices.get(index)
         if st is None or st.done or st.lane is None:
             return 0, []
@@ -303,6 +312,8 @@ class Chain:
             taken.append(k)
         if k and not st.saw_output and (joined if k == n else any(texts[:k])):
             st.saw_output = True
+        if originals is not None and k:
+            self._template_src = originals[k - 1]  # the last chunk taken in
         changes: list[tuple[int, list[Out]]] = []
         # Text i >= k, one at a time, from the first entry that did not take
         # it (the first whose count is <= i): if that entry saw it and
@@ -312,10 +323,13 @@ class Chain:
             if st.done or self.stopped:
                 return i, changes
             first = next(j for j, t in enumerate(taken) if t <= i)
+            orig = original if originals is None else originals[i]
+            ch = None if choices is None else choices[i]
+            self._template_src = orig
             if taken[first] == i:
-                out = self._declined(st, first, index, texts[i], original)
+                out = self._declined(st, first, index, texts[i], orig, ch)
             else:
-                out = self._lane_from(st, lane, index, first, texts[i], original)
+                out = self._lane_from(st, lane, index, first, texts[i], orig, ch)
             if out is not PASS_ONLY:
                 changes.append((i, out))
         return n, changes

@@ -12,7 +12,7 @@ import msgspec
 import orjson
 
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
-from .chunks import ChunkView, _decode, decode_view, plain_content
+from .chunks import ChoiceView, ChunkView, _decode, decode_view, plain_content
 from .context import Context, Report
 from .errors import UpstreamProtocolError
 from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
@@ -51,6 +51,9 @@ _RUNS_PER_READ = 4
 #: A run is tried only where the read has room for this many more events
 #: of the shape: below that, one event at a time costs less (bench.chain).
 _RUN_MIN = 6
+#: A decoded run (``SSESession._decoded_run``) is tried only where this
+#: much of the read is left: about four events of a few hundred bytes.
+_DECODED_RUN_BYTES = 1024
 
 
 class _Shape:
@@ -325,6 +328,21 @@ class SSESession:
                             out.append(raw)
                             run = stop
                         continue
+                elif (
+                    runs
+                    and self._learns >= _EAGER_LEARNS
+                    and size - pos >= _DECODED_RUN_BYTES
+                    and (shape is None or not data.startswith(shape.prefix, pos))
+                ):
+                    runs -= 1
+                    got = self._decoded_run(data, pos)
+                    if got is not None:
+                        pos, changed = got
+                        for start, stop, raw in changed:
+                            out.append(data[run:start])
+                            out.append(raw)
+                            run = stop
+                        continue
                 # The event's first line end (``data`` ends with a blank
                 # line, so there is one): a single-line event ends there.
                 nl = data.find(b"\n", pos)
@@ -416,6 +434,61 @@ class SSESession:
         starts = [pos]
         for part in parts[:taken]:
             starts.append(starts[-1] + size + len(part))
+        sent = [
+            (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
+            for i, outs in changes
+        ]
+        return starts[taken], sent
+
+    def _decoded_run(
+        self, data: bytes, pos: int
+    ) -> tuple[int, list[tuple[int, int, bytes]]] | None:
+        """``_run`` for a stream whose events differ around the content
+        (per-token logprobs, a nonce: no shape is learned): the plain-text
+        events from ``data[pos]`` on, each decoded, through the chain at
+        once. Same return as ``_run``; None unless at least two are.
+
+        The run is the single-line ``data: {`` events up to the first that
+        is not plain text of one choice (or does not decode strictly): each
+        one is exactly what ``_event`` would have fed to ``feed_plain``, so
+        the chain sees the same texts, with each event's own bytes as the
+        original for any it changes. A first event without a string
+        ``"content"`` is not looked into further (a reasoning or a call
+        stream would otherwise be decoded twice)."""
+        if data.find(b'"content":"', pos, data.find(b"\n", pos)) < 0:
+            return None  # the first is no plain text (reasoning, a call, …)
+        lines = data[pos:].split(b"\n")  # ``data`` ends with a blank line
+        payloads: list[bytes] = []
+        for line, blank in zip(lines[0:-1:2], lines[1::2], strict=False):
+            if blank or not line.startswith(b"data: {"):
+                break  # not a single-line JSON event
+            payloads.append(line[6:])
+        if len(payloads) < 2:
+            return None
+        try:
+            views = list(map(_decode, payloads))
+        except msgspec.MsgspecError:
+            return None  # the per-event path decodes it loosely, or fails
+        texts: list[str] = []
+        choices: list[ChoiceView] = []
+        index = -1
+        for view in views:
+            plain = plain_content(view)
+            if plain is None or (index >= 0 and plain[0] != index):
+                break
+            index = plain[0]
+            texts.append(plain[1])
+            choices.append(view.choices[0])  # type: ignore[index]
+        n = len(texts)
+        if n < 2 or not self.chain.has_lane(index):
+            return None
+        self._misses += n  # decoded events, as ``_learn_due`` counts them
+        taken, changes = self.chain.feed_plain_run(
+            index, texts, "".join(texts), payloads[0], payloads, choices
+        )
+        starts = [pos]
+        for payload in payloads[:taken]:
+            starts.append(starts[-1] + len(payload) + 8)  # "data: ", "\n\n"
         sent = [
             (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
             for i, outs in changes

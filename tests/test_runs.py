@@ -113,6 +113,107 @@ def test_a_run_reads_as_its_events_one_by_one(
     assert decoded == one
 
 
+def varying(i: int, text: str) -> bytes:
+    """Event ``i``, with bytes around its content that no other event has
+    (a sequence number before it, per-token logprobs after it): no shape
+    is learned, and runs of them are decoded runs."""
+    obj = chunk(text, extra={"x_seq": i})
+    obj["choices"][0]["logprobs"] = {"content": [{"token": text, "logprob": -0.5}]}
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+#: Events that are not plain text, to end a decoded run where they stand.
+_OTHER = st.sampled_from(
+    [
+        b"data: " + orjson.dumps(chunk(reasoning="hmm")) + b"\n\n",
+        b"data: " + orjson.dumps(chunk(index=1, content="other choice")) + b"\n\n",
+        b": keep-alive\n\n",
+        b'data: {"id":"x","choices":[{"index":0,"delta":{"content":7}}]}\n\n',
+        b"id: 5\ndata: " + orjson.dumps(chunk(" two lines")) + b"\n\n",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(_TEXTS.map(tuple), _OTHER), min_size=1, max_size=4),
+    st.sampled_from([None, WEATHER]),
+    st.lists(st.integers(0, 20000), max_size=5),
+)
+def test_a_decoded_run_reads_as_its_events_one_by_one(
+    parts: list[tuple[str, ...] | bytes], request: dict[str, Any] | None, cuts: list[int]
+) -> None:
+    """Events that differ around their content, read many at once: the
+    decoded runs give exactly what the same events give one per read,
+    whatever the texts hold and whatever other events stand between them
+    (reasoning, another choice, a comment, a content that is no string, a
+    two-line event)."""
+    events, i = [ROLE], 0
+    for part in parts:
+        if isinstance(part, bytes):
+            events.append(part)
+            continue
+        for text in part:
+            events.append(varying(i, text))
+            i += 1
+    events.append(END)
+    whole = b"".join(events)
+    one, together, cut = (
+        _CALL_ID.sub(b"call_", run_sse(reads, request))
+        for reads in (events, [whole], split_at(whole, cuts))
+    )
+    assert together == one
+    assert cut == one
+
+
+def test_a_loop_inside_a_decoded_run_is_cut_where_it_is_one_by_one() -> None:
+    """A loop completed inside a decoded run: cut in the same event, and
+    the chunks made at the cut carry that event's own fields (its
+    ``x_seq``), as one by one."""
+    texts = [" intro"] + [" and", " again"] * 150 + [" never", " sent"]
+    events = [ROLE, *(varying(i, t) for i, t in enumerate(texts)), END]
+    whole = b"".join(events)
+    one = run_sse(events, WEATHER)
+    assert run_sse([whole], WEATHER) == one
+    a = assemble(one)
+    assert a.ext is not None and a.ext["cut"] == "repetition"
+    *_, before, last = (orjson.loads(e[6:]) for e in one.split(b"\n\n")[:-2])
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert last["x_seq"] == before["x_seq"] + 1  # the event the loop completed in
+
+
+def test_text_held_at_the_end_of_a_decoded_run_goes_out_with_the_last_events_fields() -> None:
+    """The stream ends (no finish chunk) after a decoded run whose last
+    text is held (a marker's start): the chunk made for it at the end takes
+    the last event's own fields, as one by one."""
+    texts = [f" w{i}" for i in range(30)] + [" <tool"]
+    events = [ROLE, *(varying(i, t) for i, t in enumerate(texts))]
+    one = run_sse(events, WEATHER)
+    assert run_sse([b"".join(events)], WEATHER) == one
+    made = orjson.loads(one.rstrip().rsplit(b"\n\n", 1)[-1][6:])
+    assert made["x_seq"] == 30 and made["choices"][0]["delta"]["content"] == "<tool"
+
+
+def test_plain_events_that_differ_go_to_the_chain_as_decoded_runs() -> None:
+    """The point of decoded runs: once learning a shape has failed, a read
+    of many plain events that differ around their content goes to the
+    chain as one run, with each event's own bytes kept for any it changes."""
+    texts = [f" word{i}" for i in range(300)]
+    whole = b"".join([ROLE, *(varying(i, t) for i, t in enumerate(texts)), END])
+    for request in (None, WEATHER):
+        real = chain_mod.Chain.feed_plain_run
+        with mock.patch.object(
+            chain_mod.Chain, "feed_plain_run", autospec=True, side_effect=real
+        ) as runs:
+            session = streamfix.SSESession(request)
+            assert session.feed(whole) + session.close() == whole
+        assert runs.call_count == 1
+        # the role chunk and the first three are decoded one by one while
+        # a shape is sought (``_EAGER_LEARNS``)
+        assert runs.call_args.args[2] == texts[3:]
+        assert runs.call_args.args[5][0] == varying(3, texts[3])[6:-2]
+
+
 def test_a_loop_inside_a_run_is_cut_where_it_is_one_by_one() -> None:
     """The repetition cutter sees the run at once; when the run completes
     a loop, it goes back and takes the texts one by one, to cut in the
