@@ -321,13 +321,6 @@ class SSESession:
                 ):
                     runs -= 1
                     got = self._run(data, pos, shape)
-                    if got is not None:
-                        pos, changed = got
-                        for start, stop, raw in changed:
-                            out.append(data[run:start])
-                            out.append(raw)
-                            run = stop
-                        continue
                 elif (
                     runs
                     and self._learns >= _EAGER_LEARNS
@@ -336,13 +329,15 @@ class SSESession:
                 ):
                     runs -= 1
                     got = self._decoded_run(data, pos)
-                    if got is not None:
-                        pos, changed = got
-                        for start, stop, raw in changed:
-                            out.append(data[run:start])
-                            out.append(raw)
-                            run = stop
-                        continue
+                else:
+                    got = None
+                if got is not None:
+                    pos, changed = got
+                    for start, stop, raw in changed:
+                        out.append(data[run:start])
+                        out.append(raw)
+                        run = stop
+                    continue
                 # The event's first line end (``data`` ends with a blank
                 # line, so there is one): a single-line event ends there.
                 nl = data.find(b"\n", pos)

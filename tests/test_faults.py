@@ -23,7 +23,7 @@ import socket
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import orjson
@@ -100,14 +100,11 @@ SSE_HEAD = (
 )
 
 
-class RawUpstream:
-    """An asyncio TCP server that reads one HTTP request per connection, then
-    runs ``script(writer)`` (which writes whatever bytes it likes and may
-    abort), then waits for the peer to close. Records each connection."""
+class TcpUpstream:
+    """An asyncio TCP server on a free loopback port (``url``) that hands
+    each connection to ``_handle``; its handler tasks are cancelled at exit."""
 
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.conns: list[Conn] = []
+    def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -117,7 +114,7 @@ class RawUpstream:
         port = self._server.sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}/v1"
 
-    async def __aenter__(self) -> RawUpstream:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         return self
 
@@ -132,23 +129,43 @@ class RawUpstream:
         await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    async def read_request(reader: asyncio.StreamReader) -> bytes:
+        """One HTTP request, head and body (``Content-Length`` framed)."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        return head + await reader.readexactly(length)
+
+
+class RawUpstream(TcpUpstream):
+    """Reads one HTTP request per connection, then runs ``script(writer)``
+    (which writes whatever bytes it likes and may abort), then waits for the
+    peer to close. Records each connection."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__()
+        self.script = script
+        self.conns: list[Conn] = []
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         conn = Conn()
         script: asyncio.Task[None] | None = None
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if head.startswith(b"GET "):  # the proxy's start-up probes
+            request = await self.read_request(reader)
+            if request.startswith(b"GET "):  # the proxy's start-up probes
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 await writer.drain()
                 return
             self.conns.append(conn)
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            conn.request = head + await reader.readexactly(length)
+            conn.request = request
             script = asyncio.create_task(self.script(writer))
             # whatever the script does, watch for the proxy closing its side
             # (or the script closing ours: EOF as well)
@@ -215,7 +232,7 @@ async def test_refused_connection_is_502(stream: bool) -> None:
     assert assert_openai_error(data)["code"] == "connect"
 
 
-class ClosesReusedConnections:
+class ClosesReusedConnections(TcpUpstream):
     """A keep-alive upstream whose first completion leaves its connection
     spent: the next request on that connection is met by a close, with no
     reply. That is how llama-cpp-python treats a connection after an empty
@@ -229,34 +246,15 @@ class ClosesReusedConnections:
     )  # fmt: skip
 
     def __init__(self) -> None:
+        super().__init__()
         self.answered = 0
         self.dropped = 0
-        self._server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
-
-    async def __aenter__(self) -> ClosesReusedConnections:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             spent = False
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
+                head = await self.read_request(reader)
                 if spent:
                     self.dropped += 1
                     return

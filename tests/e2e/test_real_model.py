@@ -46,6 +46,17 @@ NAMED_CHOICE = {
 }
 #: Far more than the 2048-token window: ~10 tokens per sentence.
 LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 260
+#: A conversation whose first turn alone is longer than the window.
+OVERFLOW = {
+    "model": "smollm2",
+    "messages": [
+        {"role": "user", "content": LONG_TEXT},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Say hello."},
+    ],
+    "max_tokens": 16,
+    "temperature": 0,
+}
 
 
 # -- transparency ------------------------------------------------------------
@@ -325,45 +336,25 @@ def test_overflow_is_never_seen_by_the_client(
     window and the prompt's size only in the 400's message; streamfix learns
     both, drops the oldest turn, and asks again. The client sees a reply."""
     proxy = make_proxy()
-    body = {
-        "model": "smollm2",
-        "messages": [
-            {"role": "user", "content": LONG_TEXT},
-            {"role": "assistant", "content": "Noted."},
-            {"role": "user", "content": "Say hello."},
-        ],
-        "max_tokens": 16,
-        "temperature": 0,
-    }
     if stream:
-        got = stream_assembled(http, proxy.base_url, body)
+        got = stream_assembled(http, proxy.base_url, OVERFLOW)
         assert not got.errors and got.content
     else:
-        status, obj = post_json(http, proxy.base_url, body)
+        status, obj = post_json(http, proxy.base_url, OVERFLOW)
         assert status == 200, obj
 
 
 def test_overflow_straight_to_the_server(http: httpx.Client, llama: LocalServer) -> None:
     """The same overflow, streamed, with nothing between streamfix and the
-    server. After its empty stream, llama-cpp-python closes that
-    connection, but only once a next request arrives on it: the probe that
-    follows at once meets a stale pooled connection. streamfix sends it
-    again on a fresh one, and the client still sees a reply."""
+    server. After its empty stream, llama-cpp-python closes that connection
+    a moment later: the probe that follows at once may meet it closed in
+    streamfix's pool. streamfix then sends it again on a new connection, and
+    the client still sees a reply."""
     from streamfix.server import ServerConfig, create_app
     from streamfix.server.config import parse_upstream
 
     config = ServerConfig(upstreams=[parse_upstream(llama.base_url)])
     with AppThread(create_app(config), handler_cancellation=True) as proxy:
         for _ in range(3):
-            body = {
-                "model": "smollm2",
-                "messages": [
-                    {"role": "user", "content": LONG_TEXT},
-                    {"role": "assistant", "content": "Noted."},
-                    {"role": "user", "content": "Say hello."},
-                ],
-                "max_tokens": 16,
-                "temperature": 0,
-            }
-            got = stream_assembled(http, proxy.base_url, body)
+            got = stream_assembled(http, proxy.base_url, OVERFLOW)
             assert not got.errors and got.content
