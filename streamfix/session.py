@@ -37,6 +37,8 @@ class _NeverIdle:
 
 _NEVER_IDLE = _NeverIdle()
 
+#: A ``"content"`` key whose value is a string (``SSESession._decoded_run``).
+_STRING_CONTENT = re.compile(rb'"content":\s*"').search
 #: Bytes that end a JSON string or need unescaping, and bytes JSON forbids
 #: raw in a string (a raw CR or LF would also be an SSE line end).
 _NOT_PLAIN_STRING = re.compile(rb'[\x00-\x1f"\\]').search
@@ -450,7 +452,7 @@ class SSESession:
         original for any it changes. A first event without a string
         ``"content"`` is not looked into further (a reasoning or a call
         stream would otherwise be decoded twice)."""
-        if data.find(b'"content":"', pos, data.find(b"\n", pos)) < 0:
+        if _STRING_CONTENT(data, pos, data.find(b"\n", pos)) is None:
             return None  # the first is no plain text (reasoning, a call, …)
         lines = data[pos:].split(b"\n")  # ``data`` ends with a blank line
         payloads: list[bytes] = []
@@ -477,7 +479,6 @@ class SSESession:
         n = len(texts)
         if n < 2 or not self.chain.has_lane(index):
             return None
-        self._misses += n  # decoded events, as ``_learn_due`` counts them
         taken, changes = self.chain.feed_plain_run(
             index, texts, "".join(texts), payloads[0], payloads, choices
         )
@@ -488,6 +489,11 @@ class SSESession:
             (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
             for i, outs in changes
         ]
+        # Learning goes on as ``_learn_due`` paces it, from the run's last
+        # event taken: a stream whose chunks stop differing gets its shape.
+        misses, self._misses = self._misses, self._misses + taken
+        if taken and misses // _LEARN_EVERY != self._misses // _LEARN_EVERY:
+            self._learn(views[taken - 1], data[starts[taken - 1] : starts[taken]])
         return starts[taken], sent
 
     def _stop(self) -> bytes:

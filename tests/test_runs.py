@@ -7,6 +7,7 @@ same events give one per read, and what every event decoded gives."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from typing import Any
 from unittest import mock
@@ -113,13 +114,14 @@ def test_a_run_reads_as_its_events_one_by_one(
     assert decoded == one
 
 
-def varying(i: int, text: str) -> bytes:
+def varying(i: int, text: str, spaced: bool = False) -> bytes:
     """Event ``i``, with bytes around its content that no other event has
     (a sequence number before it, per-token logprobs after it): no shape
-    is learned, and runs of them are decoded runs."""
+    is learned, and runs of them are decoded runs. ``spaced``: JSON with
+    spaces after the colons, as Python's ``json.dumps`` writes it."""
     obj = chunk(text, extra={"x_seq": i})
     obj["choices"][0]["logprobs"] = {"content": [{"token": text, "logprob": -0.5}]}
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return b"data: " + (json.dumps(obj).encode() if spaced else orjson.dumps(obj)) + b"\n\n"
 
 
 #: Events that are not plain text, to end a decoded run where they stand.
@@ -194,13 +196,28 @@ def test_text_held_at_the_end_of_a_decoded_run_goes_out_with_the_last_events_fie
     assert made["x_seq"] == 30 and made["choices"][0]["delta"]["content"] == "<tool"
 
 
+def test_a_stream_whose_chunks_stop_differing_gets_its_shape_during_decoded_runs() -> None:
+    """Learning goes on (once in ``_LEARN_EVERY`` events) while decoded runs
+    read the stream: once its chunks stop differing, a shape is learned and
+    the runs after it are runs of the shape."""
+    texts = [f" word{i}" for i in range(400)]
+    events = [ROLE, *(varying(i, t) if i < 100 else event(t) for i, t in enumerate(texts)), END]
+    reads = [b"".join(events[i : i + 20]) for i in range(0, len(events), 20)]
+    with mock.patch.object(
+        streamfix.SSESession, "_run", autospec=True, side_effect=streamfix.SSESession._run
+    ) as shaped:
+        out = run_sse(reads, WEATHER)
+    assert out == run_sse(events, WEATHER)
+    assert shaped.call_count >= 10
+
+
 def test_plain_events_that_differ_go_to_the_chain_as_decoded_runs() -> None:
     """The point of decoded runs: once learning a shape has failed, a read
     of many plain events that differ around their content goes to the
     chain as one run, with each event's own bytes kept for any it changes."""
     texts = [f" word{i}" for i in range(300)]
-    whole = b"".join([ROLE, *(varying(i, t) for i, t in enumerate(texts)), END])
-    for request in (None, WEATHER):
+    for request, spaced in itertools.product((None, WEATHER), (False, True)):
+        whole = b"".join([ROLE, *(varying(i, t, spaced) for i, t in enumerate(texts)), END])
         real = chain_mod.Chain.feed_plain_run
         with mock.patch.object(
             chain_mod.Chain, "feed_plain_run", autospec=True, side_effect=real
@@ -211,7 +228,7 @@ def test_plain_events_that_differ_go_to_the_chain_as_decoded_runs() -> None:
         # the role chunk and the first three are decoded one by one while
         # a shape is sought (``_EAGER_LEARNS``)
         assert runs.call_args.args[2] == texts[3:]
-        assert runs.call_args.args[5][0] == varying(3, texts[3])[6:-2]
+        assert runs.call_args.args[5][0] == varying(3, texts[3], spaced)[6:-2]
 
 
 def test_a_loop_inside_a_run_is_cut_where_it_is_one_by_one() -> None:
