@@ -431,11 +431,24 @@ class SSESession:
         starts = [pos]
         for part in parts[:taken]:
             starts.append(starts[-1] + size + len(part))
+        return starts[taken], self._sent_run(data, starts, changes)
+
+    def _sent_run(
+        self, data: bytes, starts: list[int], changes: list[tuple[int, list[Out]]]
+    ) -> list[tuple[int, int, bytes]]:
+        """``_sent`` for the changed events of a run (event ``i`` is
+        ``data[starts[i]:starts[i + 1]]``). The chain is asked whether it
+        stopped once, after the whole run: a cut can only be in the last
+        change (the chain takes nothing after it), so only that one ends
+        the stream."""
         sent = [
-            (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
+            (starts[i], starts[i + 1], self._encode(outs, data[starts[i] : starts[i + 1]]))
             for i, outs in changes
         ]
-        return starts[taken], sent
+        if sent and self.chain.stopped:
+            start, stop, raw = sent[-1]
+            sent[-1] = (start, stop, raw + self._stop())
+        return sent
 
     def _decoded_run(
         self, data: bytes, pos: int
@@ -485,10 +498,7 @@ class SSESession:
         starts = [pos]
         for payload in payloads[:taken]:
             starts.append(starts[-1] + len(payload) + 8)  # "data: ", "\n\n"
-        sent = [
-            (starts[i], starts[i + 1], self._sent(outs, data[starts[i] : starts[i + 1]]))
-            for i, outs in changes
-        ]
+        sent = self._sent_run(data, starts, changes)
         # Learning goes on as ``_learn_due`` paces it, from the run's last
         # event taken: a stream whose chunks stop differing gets its shape.
         misses, self._misses = self._misses, self._misses + taken

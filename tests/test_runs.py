@@ -243,6 +243,28 @@ def test_a_loop_inside_a_run_is_cut_where_it_is_one_by_one() -> None:
     assert "never" not in a.content
 
 
+def test_a_cut_after_other_changes_in_a_run_ends_the_stream_once() -> None:
+    """A run in which calls are lifted, then a loop of them is cut: the
+    stream ends once, after the cut, as one by one (each changed event used
+    to ask whether the chain had stopped after the whole run, so every one
+    of them ended the stream). Found by the decoded-run property test; the
+    runs of the learned shape had the same fault."""
+    call = "{'name': 'get_weather', 'arguments': {'city': 'Paris'}}"
+    texts = [call, call, call, " c"] * 3 + [call, call, call]
+    quoted = [t.replace("'", '"') for t in texts]
+    for events in (
+        [ROLE, *(event(t) for t in texts), END],
+        [ROLE, *(varying(i, t) for i, t in enumerate(quoted)), END],
+    ):
+        one, whole = (
+            _CALL_ID.sub(b"call_", run_sse(reads, WEATHER))
+            for reads in (events, [b"".join(events)])
+        )
+        assert whole == one
+        assert whole.count(b"data: [DONE]") == 1 and whole.endswith(b"data: [DONE]\n\n")
+        assert assemble(whole).ext == {"cut": "repetition", "period": 167}
+
+
 def test_a_call_split_between_events_of_a_run_is_lifted() -> None:
     """A marker cut between two events of one run: the detector's scan of
     the run sees the prefix that ends the first, and the texts go one by
