@@ -462,9 +462,10 @@ class SSESession:
         is not plain text of one choice (or does not decode strictly): each
         one is exactly what ``_event`` would have fed to ``feed_plain``, so
         the chain sees the same texts, with each event's own bytes as the
-        original for any it changes. A first event without a string
-        ``"content"`` is not looked into further (a reasoning or a call
-        stream would otherwise be decoded twice)."""
+        original for any it changes. Only the event that ends the run is
+        decoded twice (here, then one by one); a first event without a
+        string ``"content"`` is not decoded here at all (a reasoning or a
+        call stream would otherwise be decoded twice)."""
         if _STRING_CONTENT(data, pos, data.find(b"\n", pos)) is None:
             return None  # the first is no plain text (reasoning, a call, …)
         lines = data[pos:].split(b"\n")  # ``data`` ends with a blank line
@@ -475,20 +476,23 @@ class SSESession:
             payloads.append(line[6:])
         if len(payloads) < 2:
             return None
-        try:
-            views = list(map(_decode, payloads))
-        except msgspec.MsgspecError:
-            return None  # the per-event path decodes it loosely, or fails
+        # Decoded one at a time up to the first that ends the run: the
+        # events after it are left undecoded for the path that takes them.
+        views: list[ChunkView] = []
         texts: list[str] = []
         choices: list[ChoiceView] = []
         index = -1
-        for view in views:
-            plain = plain_content(view)
-            if plain is None or (index >= 0 and plain[0] != index):
-                break
-            index = plain[0]
-            texts.append(plain[1])
-            choices.append(view.choices[0])  # type: ignore[index]
+        try:
+            for view in map(_decode, payloads):
+                plain = plain_content(view)
+                if plain is None or (index >= 0 and plain[0] != index):
+                    break
+                index = plain[0]
+                views.append(view)
+                texts.append(plain[1])
+                choices.append(view.choices[0])  # type: ignore[index]
+        except msgspec.MsgspecError:
+            pass  # that one goes one by one: decoded loosely, or its error
         n = len(texts)
         if n < 2 or not self.chain.has_lane(index):
             return None
