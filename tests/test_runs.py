@@ -337,15 +337,18 @@ def test_a_hostile_middle_in_a_run_is_decoded() -> None:
 
 def test_run_scan_finds_prefixes_that_end_a_text_and_skips_glued_names() -> None:
     """``Matcher.run_scan``: a marker's prefix at the end of any text of
-    the run (before ``RUN_SEP``) is found; a name marker glued to the word
-    before it is not (the per-text scan would not hold it either)."""
+    the run (before ``RUN_SEP``, or at the end for the last) is found; a
+    name marker glued to the word before it is not (the per-text scan
+    would not hold it either)."""
     m = matcher_for(Context.of(WEATHER, {}).tools)
     sep = RUN_SEP
-    assert m.run_scan.search(sep.join([" the", " <tool"]) + sep) is not None
-    assert m.run_scan.search(sep.join([" the", " c", " weather"]) + sep) is not None
-    assert m.run_scan.search(sep.join([" will", " now"]) + sep) is None  # glued: "wil|l"
-    assert m.run_scan.search(sep.join([" please", " call:", " me"]) + sep) is not None
-    assert m.run_scan.search(sep.join([" no", " markers", " here"]) + sep) is None
+    assert m.run_scan.search(sep.join([" the", " <tool"])) is not None
+    assert m.run_scan.search(sep.join([" the", " c", " weather"])) is not None
+    assert m.run_scan.search(sep.join([" the", " weather", " c"])) is not None  # the last text
+    assert m.run_scan.search(sep.join([" a", " get_wea"])) is not None  # the last text
+    assert m.run_scan.search(sep.join([" will", " now"])) is None  # glued: "wil|l"
+    assert m.run_scan.search(sep.join([" please", " call:", " me"])) is not None
+    assert m.run_scan.search(sep.join([" no", " markers", " here"])) is None
 
 
 def _steps_state(chain: Chain) -> tuple[Any, ...]:

@@ -339,7 +339,7 @@ class ToolTagDetector:
             or self._carry
             or "<" in joined
             or "[" in joined
-            or self.m.run_scan.search(RUN_SEP.join(texts) + RUN_SEP) is not None
+            or self.m.run_scan.search(RUN_SEP.join(texts)) is not None
         ):
             return take_each(self.feed_text, texts)
         if joined:
