@@ -59,6 +59,7 @@ from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
 from ..transforms.detect import MATCHER_CACHE, matcher_for
+from .body import BodyReads
 from .budget import (
     BudgetPolicy,
     clamp_request,
@@ -117,7 +118,7 @@ async def read_reply(resp: aiohttp.ClientResponse, limit: int | None = None) -> 
     limit = MAX_REPLY_BYTES if limit is None else limit
     parts: list[bytes] = []
     size = 0
-    async for part in resp.content.iter_any():
+    async for part in BodyReads(resp.content):
         size += len(part)
         if size > limit:
             raise ReplyTooLarge(f"reply larger than {limit} bytes")
@@ -983,7 +984,7 @@ class Proxy:
         error: str | None = None
         watch = ReadWatch(resp, self.cfg.read_timeout)
         try:
-            async for data in resp.content.iter_any():
+            async for data in BodyReads(resp.content):
                 got_data = True
                 t0 = watch.last = perf()
                 out = session.feed(data)

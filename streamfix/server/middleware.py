@@ -58,6 +58,7 @@ from ..api import fix_completion
 from ..context import Options, Report
 from ..errors import UpstreamProtocolError
 from ..session import SSESession
+from .body import BodyReads
 
 __all__ = [
     "REPORT_KEY",
@@ -410,7 +411,7 @@ class _RepairedReader(aiohttp.StreamReader):
         loop = asyncio.get_running_loop()
         super().__init__(_NoFlowControl(loop), CLIENT_READER_LIMIT, loop=loop)
         self._resp = resp
-        self._source = resp.content
+        self._source = BodyReads(resp.content)
         self._request = request
         self._options = options
         #: "sse" (through the chain), "json" (whole, then repaired) or
@@ -437,7 +438,7 @@ class _RepairedReader(aiohttp.StreamReader):
         session = self.session
         assert session is not None
         while True:
-            data = await self._source.readany()
+            data = await self._source.read()
             try:
                 out = session.feed(data) if data else session.close()
             except UpstreamProtocolError as exc:
@@ -462,7 +463,7 @@ class _RepairedReader(aiohttp.StreamReader):
         parts: list[bytes] = []
         size = 0
         while True:
-            data = await self._source.readany()
+            data = await self._source.read()
             if not data:
                 break
             parts.append(data)
@@ -479,7 +480,7 @@ class _RepairedReader(aiohttp.StreamReader):
         self.feed_eof()
 
     async def _pull_raw(self) -> None:
-        data = await self._source.readany()
+        data = await self._source.read()
         if data:
             self.feed_data(data)
         else:
