@@ -127,13 +127,17 @@ BATCH = 1
 #: ``--logprobs``: the throughput run's chunks are stamped and carry
 #: per-token logprobs, like the latency run's (no two alike).
 LOGPROBS = False
+#: ``--reasoning``: the first half of every stream is reasoning
+#: (``delta.reasoning_content``), as llama.cpp and vLLM stream a thinking
+#: model's reply (Qwen3, DeepSeek-R1 distills), the rest content.
+REASONING = False
 
 
 def _word(i: int) -> str:
     return WORDS[i % len(WORDS)]
 
 
-def _chunk(i: int, stamp: int | None) -> bytes:
+def _chunk(i: int, stamp: int | None, key: str = "content") -> bytes:
     """Chunk ``i``. Stamped (the latency run): its sequence number and send
     time in a vendor field, and per-token ``logprobs``, so every chunk's
     bytes differ around the content. Unstamped (the throughput run, unless
@@ -151,7 +155,7 @@ def _chunk(i: int, stamp: int | None) -> bytes:
         "choices": [
             {
                 "index": 0,
-                "delta": {"content": word},
+                "delta": {key: word},
                 "logprobs": (
                     {"content": [{"token": word, "logprob": -0.5, "bytes": None}]}
                     if varying
@@ -181,6 +185,11 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     n = int(body.get("x_chunks", 200))
     pace = float(body.get("x_pace_ms", 0)) / 1000
+    thinking = n // 2 if body.get("x_reasoning") else 0
+
+    def key(i: int) -> str:
+        return "reasoning_content" if i < thinking else "content"
+
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     now = time.monotonic_ns
@@ -189,13 +198,15 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
         if pace:
             for i in range(n):
                 await asyncio.sleep(pace)
-                await resp.write(_chunk(i, now()))
+                await resp.write(_chunk(i, now(), key(i)))
         else:
             batch = BATCH
             stamp = now if body.get("x_logprobs") else lambda: None
             for start in range(0, n, batch):
                 await resp.write(
-                    b"".join(_chunk(i, stamp()) for i in range(start, min(n, start + batch)))
+                    b"".join(
+                        _chunk(i, stamp(), key(i)) for i in range(start, min(n, start + batch))
+                    )
                 )
         await resp.write(_FINISH)
     except ConnectionResetError:
@@ -261,6 +272,7 @@ def _req(chunks: int, pace_ms: float, tools: bool = True) -> dict[str, Any]:
         "x_chunks": chunks,
         "x_pace_ms": pace_ms,
         "x_logprobs": LOGPROBS,
+        "x_reasoning": REASONING,
     }
     if tools:
         req["tools"] = TOOLS
@@ -322,7 +334,8 @@ async def _stream(
                 obj = orjson.loads(ev[6:])
                 check.event(obj)
                 for ch in obj.get("choices") or ():
-                    text.append(ch.get("delta", {}).get("content") or "")
+                    delta = ch.get("delta", {})
+                    text.append(delta.get("reasoning_content") or delta.get("content") or "")
                 xv = obj.get("x_vendor")
                 if xv is not None:
                     n += 1
@@ -482,14 +495,20 @@ def main() -> int:
         action="store_true",
         help="throughput chunks carry a stamp and per-token logprobs (every chunk differs)",
     )
+    p.add_argument(
+        "--reasoning",
+        action="store_true",
+        help="the first half of every stream is reasoning_content (a thinking model)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--serve", choices=["upstream", "passthrough"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--upstream", help=argparse.SUPPRESS)
     args = p.parse_args()
-    global BATCH, LOGPROBS
+    global BATCH, LOGPROBS, REASONING
     BATCH = args.batch
     LOGPROBS = args.logprobs
+    REASONING = args.reasoning
     if args.serve:
         _serve(args.serve, args.port, args.upstream)
         return 0
@@ -601,6 +620,8 @@ def main() -> int:
         return 0
     lane = "without tools" if args.no_tools else "with tools (whole chain)"
     kind = "stamped, with logprobs" if args.logprobs else "alike around the content"
+    if args.reasoning:
+        kind += "; the first half of each stream is reasoning_content"
     print(f"requests {lane}; upstream writes {args.batch} chunk(s) per write")
     print(f"throughput chunks: {kind}")
     head = f"{'path':<12} {'p50 µs':>9} {'p99 µs':>9} {'steady p50':>10} {'steady p99':>10}"
