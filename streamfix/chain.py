@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from .chunks import ChoiceView, ChunkView, DeltaView, plain_content, view_of
+from .chunks import CONTENT, ChoiceView, ChunkView, DeltaView, plain_text, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
 from .delta import take_each as _take_each
@@ -72,6 +72,44 @@ def build_pipeline(ctx: Context) -> list[Transform]:
     return steps
 
 
+class _Lane:
+    """A lane of one choice's steps (``delta.TextLane``): each step's method
+    for one text, its index in the steps, and its method for a run."""
+
+    __slots__ = ("accepts", "pos", "runs")
+
+    def __init__(self) -> None:
+        self.accepts: list[Callable[[str], bool]] = []
+        self.pos: list[int] = []
+        self.runs: list[Callable[[list[str], str], int]] = []
+
+
+#: Each lane's step methods: one text, a run of texts, and the flag of a
+#: step that the lane leaves out (calling it per chunk would only cost).
+_LANE_METHODS = {
+    CONTENT: ("feed_text", "feed_texts", "ignores_content"),
+    "reasoning": ("feed_reasoning", "feed_reasonings", "ignores_reasoning"),
+}
+
+
+def _lane_of(steps: list[Transform], kind: str) -> _Lane | None:
+    """The ``kind`` lane of ``steps``, or None when a step has no method
+    for it (then every such delta takes the full path)."""
+    one, run, ignores = _LANE_METHODS[kind]
+    lane = _Lane()
+    for pos, step in enumerate(steps):
+        if getattr(step, ignores, False):
+            continue
+        accepts = getattr(step, one, None)
+        if accepts is None:
+            return None
+        lane.accepts.append(accepts)
+        lane.pos.append(pos)
+        runs = getattr(step, run, None)
+        lane.runs.append(runs if runs is not None else partial(_take_each, accepts))
+    return lane
+
+
 class _Choice:
     """State of one choice index."""
 
@@ -79,37 +117,21 @@ class _Choice:
         "cut",
         "done",
         "lane",
-        "lane_pos",
-        "lane_runs",
         "n_calls",
         "reasoning_key",
+        "reasoning_lane",
         "saw_output",
         "steps",
+        "text_lane",
     )
 
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
-        #: The plain-text lane: each step's ``feed_text``, when every step
-        #: has one (see ``delta.TextLane``); else None and every delta
-        #: takes the full path.
-        # Steps that never look at content (``ignores_content``) are left
-        # out of the lane: calling them per chunk would only cost time.
-        lane: list[Callable[[str], bool]] = []
-        self.lane_pos: list[int] = []  # each lane entry's index in ``steps``
-        self.lane: list[Callable[[str], bool]] | None = lane
-        #: Each lane entry's ``feed_texts`` (runs of texts at once).
-        self.lane_runs: list[Callable[[list[str], str], int]] = []
-        for pos, step in enumerate(self.steps):
-            if getattr(step, "ignores_content", False):
-                continue
-            accepts = getattr(step, "feed_text", None)
-            if accepts is None:
-                self.lane = None
-                break
-            lane.append(accepts)
-            self.lane_pos.append(pos)
-            runs = getattr(step, "feed_texts", None)
-            self.lane_runs.append(runs if runs is not None else partial(_take_each, accepts))
+        #: The plain-text and the reasoning lane (``delta.TextLane``).
+        self.text_lane = _lane_of(self.steps, CONTENT)
+        self.reasoning_lane = _lane_of(self.steps, "reasoning")
+        #: The plain-text lane's methods (``feed_plain``, the hot path).
+        self.lane = None if self.text_lane is None else self.text_lane.accepts
         self.done = False
         self.cut = False
         self.n_calls = 0  # calls emitted so far: the next call's index
@@ -139,6 +161,20 @@ def delta_in(dv: DeltaView | None, finish_reason: str | None) -> Delta:
         fragments=dv.tool_calls or None,
         finish_reason=finish_reason,
     )
+
+
+def _delta_view(key: str, text: str) -> DeltaView:
+    """The view of a delta whose only field is ``key``, holding ``text``."""
+    if key == CONTENT:
+        return DeltaView(content=text)
+    if key == "reasoning":
+        return DeltaView(reasoning=text)
+    return DeltaView(reasoning_content=text)
+
+
+def _lane(st: _Choice, key: str) -> _Lane | None:
+    """The lane of ``st`` that takes text of the field ``key``."""
+    return st.text_lane if key == CONTENT else st.reasoning_lane
 
 
 class Chain:
@@ -186,9 +222,14 @@ class Chain:
             # The common case, kept short: one choice, and most often
             # nothing to change.
             ch = choices[0]
-            plain = plain_content(view)
+            plain = plain_text(view)
             if plain is not None:
-                out = self.feed_plain(plain[0], plain[1], original, ch)
+                index, text, key = plain
+                out = (
+                    self.feed_plain(index, text, original, ch)
+                    if key == CONTENT
+                    else self.feed_reasoning(index, text, key, original, ch)
+                )
                 if out is not None:
                     return out
             d, changed = self._feed_choice(ch)
@@ -205,11 +246,11 @@ class Chain:
             return PASS_ONLY
         return self._changed(original, results)
 
-    def has_lane(self, index: int) -> bool:
-        """Whether choice ``index`` takes plain text on the lane now (see
-        ``feed_plain``)."""
+    def has_lane(self, index: int, key: str = CONTENT) -> bool:
+        """Whether choice ``index`` takes plain text (or reasoning, for the
+        key of a reasoning field) on its lane now (see ``feed_plain``)."""
         st = self._choices.get(index)
-        return st is not None and st.lane is not None and not st.done
+        return st is not None and not st.done and _lane(st, key) is not None
 
     def feed_plain(
         self,
@@ -231,47 +272,78 @@ class Chain:
         self._template_src = original
         for accepts in lane:  # (``_lane_from``, inlined: the hot path)
             if not accepts(content):
-                return self._declined(st, lane.index(accepts), index, content, original, ch)
+                entry = lane.index(accepts)
+                return self._declined(st, entry, index, content, CONTENT, original, ch)
         if not st.saw_output and content:
             st.saw_output = True
         return PASS_ONLY
 
+    def feed_reasoning(
+        self,
+        index: int,
+        text: str,
+        key: str,
+        original: bytes | dict[str, Any],
+        ch: ChoiceView | None = None,
+    ) -> list[Out] | None:
+        """``feed_plain`` for a chunk whose only owned field is choice
+        ``index``'s reasoning ``text``, in the field ``key``
+        (``reasoning_content`` or ``reasoning``), on the reasoning lane."""
+        st = self._choices.get(index)
+        if st is None or st.done or st.reasoning_lane is None:
+            return None
+        self._template_src = original
+        if key == "reasoning":
+            st.reasoning_key = key  # the server's own field name goes back out
+        return self._lane_from(st, 0, index, text, key, original, ch)
+
     def _lane_from(
         self,
         st: _Choice,
-        lane: list[Callable[[str], bool]],
-        index: int,
         first: int,
-        content: str,
+        index: int,
+        text: str,
+        key: str,
         original: bytes | dict[str, Any],
         ch: ChoiceView | None = None,
     ) -> list[Out]:
-        """``content`` on the lane from entry ``first`` on (the entries
-        before it have taken it), then the full path from the entry that
-        declines it, if one does."""
-        for accepts in lane[first:]:
-            if not accepts(content):
-                return self._declined(st, lane.index(accepts, first), index, content, original, ch)
-        if not st.saw_output and content:
-            st.saw_output = True
+        """``text`` (of the field ``key``) on its lane from entry ``first``
+        on (the entries before it have taken it), then the full path from
+        the entry that declines it, if one does."""
+        lane = _lane(st, key)
+        assert lane is not None
+        for entry in range(first, len(lane.accepts)):
+            if not lane.accepts[entry](text):
+                return self._declined(st, entry, index, text, key, original, ch)
+        if text:
+            self._saw(st, key)
         return PASS_ONLY
+
+    def _saw(self, st: _Choice, key: str) -> None:
+        """Text of the field ``key`` reached the client (``_note_output``)."""
+        st.saw_output = True
+        if key != CONTENT:
+            self.report.reasoning = True
 
     def _declined(
         self,
         st: _Choice,
         entry: int,
         index: int,
-        content: str,
+        text: str,
+        key: str,
         original: bytes | dict[str, Any],
         ch: ChoiceView | None = None,
     ) -> list[Out]:
-        """The full path for ``content`` from lane entry ``entry``, which
-        declined it (the entries before it took it). The declining entry is
-        not asked again: a decline may keep its verdict for this very text
-        (the repetition cutter's ``_lane_hit``)."""
+        """The full path for ``text`` (of the field ``key``) from entry
+        ``entry`` of its lane, which declined it (the entries before it took
+        it). The declining entry is not asked again: a decline may keep its
+        verdict for this very text (the repetition cutter's ``_lane_hit``)."""
+        lane = _lane(st, key)
+        assert lane is not None
         if ch is None:
-            ch = ChoiceView(index=index, delta=DeltaView(content=content))
-        d, changed = self._feed_choice(ch, start=st.lane_pos[entry])
+            ch = ChoiceView(index=index, delta=_delta_view(key, text))
+        d, changed = self._feed_choice(ch, start=lane.pos[entry])
         if not changed:
             return PASS_ONLY
         return self._changed(original, [(ch, d)])
@@ -284,8 +356,10 @@ class Chain:
         original: bytes | dict[str, Any],
         originals: list[bytes] | None = None,
         choices: list[ChoiceView] | None = None,
+        key: str = CONTENT,
     ) -> tuple[int, list[tuple[int, list[Out]]]]:
-        """``feed_plain`` for a run of such chunks of choice ``index`` read
+        """``feed_plain`` (or ``feed_reasoning``, for the ``key`` of a
+        reasoning field) for a run of such chunks of choice ``index`` read
         at once (``joined`` is ``"".join(texts)``), with each lane step
         looking at the run once (``TextLane.feed_texts``). Returns how many
         chunks were taken and, for those of them not sent unchanged, their
@@ -295,23 +369,26 @@ class Chain:
         for every chunk of the run, unless ``originals`` (and ``choices``,
         their decoded choice views) give each its own."""
         st = self._choices.get(index)
-        if st is None or st.done or st.lane is None:
+        lane = None if st is None or st.done else _lane(st, key)
+        if lane is None:
             return 0, []
-        lane = st.lane
+        assert st is not None
         self._template_src = original
+        if key == "reasoning":
+            st.reasoning_key = key
         n = len(texts)
         # taken[j]: how many texts lane entry j took (never more than the
         # entry before it passed on to it).
         taken: list[int] = []
         k = n
-        for feed_texts in st.lane_runs:
+        for feed_texts in lane.runs:
             if k == n:
                 k = feed_texts(texts, joined)
             elif k:
                 k = feed_texts(texts[:k], "".join(texts[:k]))
             taken.append(k)
-        if k and not st.saw_output and (joined if k == n else any(texts[:k])):
-            st.saw_output = True
+        if k and (joined if k == n else any(texts[:k])):
+            self._saw(st, key)
         if originals is not None and k:
             self._template_src = originals[k - 1]  # the last chunk taken in
         changes: list[tuple[int, list[Out]]] = []
@@ -327,9 +404,9 @@ class Chain:
             ch = None if choices is None else choices[i]
             self._template_src = orig
             if taken[first] == i:
-                out = self._declined(st, first, index, texts[i], orig, ch)
+                out = self._declined(st, first, index, texts[i], key, orig, ch)
             else:
-                out = self._lane_from(st, lane, index, first, texts[i], orig, ch)
+                out = self._lane_from(st, first, index, texts[i], key, orig, ch)
             if out is not PASS_ONLY:
                 changes.append((i, out))
         return n, changes

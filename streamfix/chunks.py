@@ -85,25 +85,34 @@ def decode_view(payload: bytes) -> ChunkView:
         raise UpstreamProtocolError(f"chunk is not JSON: {exc}; data: {payload[:200]!r}") from None
 
 
-def plain_content(view: ChunkView) -> tuple[int, str] | None:
-    """``(choice index, content)`` when the chunk's only owned field is one
-    choice's ``content`` (no finish, reasoning or tool calls): the chunk
-    the plain-text lane takes (``Chain.feed_plain``)."""
+#: The key of a delta's content, as the lanes name it (``plain_text``).
+CONTENT = "content"
+
+
+def plain_text(view: ChunkView) -> tuple[int, str, str] | None:
+    """``(choice index, text, key)`` when the chunk's only owned field is
+    one choice's ``content`` or its reasoning text (``reasoning_content``,
+    or ``reasoning`` as newer vLLM names it; with no content but ``""``),
+    with no finish and no tool calls: the chunk a lane takes
+    (``Chain.feed_plain``, ``Chain.feed_reasoning``). ``key`` is the
+    field's name."""
     choices = view.choices
     if choices is None or len(choices) != 1 or view.error is not None:
         return None
     ch = choices[0]
     dv = ch.delta
-    if (
-        ch.finish_reason is None
-        and dv is not None
-        and dv.content is not None
-        and dv.tool_calls is None
-        and dv.reasoning_content is None
-        and dv.reasoning is None
-    ):
-        return ch.index, dv.content
-    return None
+    if ch.finish_reason is not None or dv is None or dv.tool_calls is not None:
+        return None
+    content = dv.content
+    rc = dv.reasoning_content
+    r = dv.reasoning
+    if rc is None and r is None:
+        return None if content is None else (ch.index, content, CONTENT)
+    if content or (rc is not None and r is not None):
+        return None  # text and reasoning at once, or both reasoning keys: full path
+    if rc is not None:
+        return ch.index, rc, "reasoning_content"
+    return None if r is None else (ch.index, r, "reasoning")
 
 
 def view_of(obj: Any) -> ChunkView:

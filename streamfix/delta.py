@@ -129,6 +129,12 @@ class TextLane(Protocol):
     ``texts[k]``. Its point is to look at ``joined`` once (one search, one
     append) instead of each text; ``take_each`` is the plain loop, the
     fallback for a run it cannot decide at once.
+
+    The reasoning lane is the same for the delta that carries only
+    reasoning text (``reasoning_content`` or ``reasoning``; no content, no
+    finish, no tool calls), with ``feed_reasoning``, ``feed_reasonings``
+    and ``ignores_reasoning``. Thinking models stream hundreds of such
+    deltas before the answer.
     """
 
     def feed_text(self, text: str) -> bool: ...

@@ -12,7 +12,7 @@ import msgspec
 import orjson
 
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
-from .chunks import ChoiceView, ChunkView, _decode, decode_view, plain_content
+from .chunks import CONTENT, ChoiceView, ChunkView, _decode, decode_view, plain_text
 from .context import Context, Report
 from .errors import UpstreamProtocolError
 from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
@@ -37,8 +37,9 @@ class _NeverIdle:
 
 _NEVER_IDLE = _NeverIdle()
 
-#: A ``"content"`` key whose value is a string (``SSESession._decoded_run``).
-_STRING_CONTENT = re.compile(rb'"content":\s*"').search
+#: A ``"content"`` (or reasoning) key whose value is a string
+#: (``SSESession._decoded_run``).
+_STRING_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning)":\s*"').search
 #: Bytes that end a JSON string or need unescaping, and bytes JSON forbids
 #: raw in a string (a raw CR or LF would also be an SSE line end).
 _NOT_PLAIN_STRING = re.compile(rb'[\x00-\x1f"\\]').search
@@ -73,6 +74,7 @@ class _Shape:
     __slots__ = (
         "end",
         "index",
+        "key",
         "payload",
         "prefix",
         "sep",
@@ -82,7 +84,7 @@ class _Shape:
         "twice",
     )
 
-    def __init__(self, prefix: bytes, suffix: bytes, index: int) -> None:
+    def __init__(self, prefix: bytes, suffix: bytes, index: int, key: str = CONTENT) -> None:
         self.prefix = prefix
         self.suffix = suffix
         #: The learned event's JSON, the chain's original for every event
@@ -94,22 +96,26 @@ class _Shape:
         self.size = self.start + self.end  # the shortest event of the shape
         self.twice = 2 * self.size  # the shortest read of two events of it
         self.index = index  # the choice the content belongs to
+        #: The field the text is in: ``content``, or a reasoning field
+        #: (``reasoning_content``, ``reasoning``: the reasoning lane's).
+        self.key = key
         #: The bytes between two contents of the shape, from one event into
         #: the next: no content holds them (they have a line end).
         self.sep = suffix + prefix
 
     @classmethod
-    def learn(cls, raw: bytes, index: int, content: str) -> _Shape | None:
+    def learn(cls, raw: bytes, index: int, content: str, key: str = CONTENT) -> _Shape | None:
         """The shape of ``raw``, one single-line event whose view is plain
-        ``content`` of choice ``index``; None when the content's place in
-        the bytes is not certain (the key twice, spaces before the colon,
-        an escaped quote in it)."""
+        ``content`` of choice ``index`` in the field ``key``; None when the
+        content's place in the bytes is not certain (the key twice, spaces
+        before the colon, an escaped quote in it)."""
         # The only ``"content"`` token (a key: in a string its quotes would
         # be escaped), so the string after it is the delta's content.
-        key = raw.find(b'"content":')
-        if key < 0 or raw.count(b'"content"') != 1:
+        token = b'"' + key.encode() + b'"'
+        at = raw.find(token + b":")
+        if at < 0 or raw.count(token) != 1:
             return None
-        start = key + 10
+        start = at + len(token) + 1
         while raw[start : start + 1] in (b" ", b"\t"):
             start += 1
         if raw[start : start + 1] != b'"':
@@ -120,7 +126,7 @@ class _Shape:
                 return None
         except orjson.JSONDecodeError:
             return None
-        return cls(raw[: start + 1], raw[end:], index)
+        return cls(raw[: start + 1], raw[end:], index, key)
 
 
 class SSESession:
@@ -257,7 +263,9 @@ class SSESession:
                     return None
         except (UnicodeDecodeError, orjson.JSONDecodeError):
             return None
-        return self.chain.feed_plain(shape.index, text, shape.payload)
+        if shape.key == CONTENT:
+            return self.chain.feed_plain(shape.index, text, shape.payload)
+        return self.chain.feed_reasoning(shape.index, text, shape.key, shape.payload)
 
     def _event(self, data: bytes, pos: int, end: int) -> bytes | None:
         """The single-line JSON event ``data[pos:end]`` (terminator
@@ -286,8 +294,8 @@ class SSESession:
     def _learn(self, view: ChunkView, raw: bytes) -> None:
         """Learn the shape of ``raw`` if it is a plain-text event (eagerly
         at first: a stream's shape changes when its reasoning ends, say)."""
-        plain = plain_content(view)
-        if plain is None or self.finished or not self.chain.has_lane(plain[0]):
+        plain = plain_text(view)
+        if plain is None or self.finished or not self.chain.has_lane(plain[0], plain[2]):
             return
         self._learns += 1
         shape = _Shape.learn(raw, *plain)
@@ -319,7 +327,7 @@ class SSESession:
                     and shape is not None
                     and size - pos >= _RUN_MIN * shape.size
                     and data.startswith(shape.prefix, pos)
-                    and self.chain.has_lane(shape.index)
+                    and self.chain.has_lane(shape.index, shape.key)
                 ):
                     runs -= 1
                     got = self._run(data, pos, shape)
@@ -423,7 +431,7 @@ class SSESession:
         if len(texts) != n:
             return None
         taken, changes = self.chain.feed_plain_run(
-            shape.index, texts, "".join(texts), shape.payload
+            shape.index, texts, "".join(texts), shape.payload, key=shape.key
         )
         size = shape.size
         if not changes and taken == n:
@@ -464,10 +472,11 @@ class SSESession:
         the chain sees the same texts, with each event's own bytes as the
         original for any it changes. Only the event that ends the run is
         decoded twice (here, then one by one); a first event without a
-        string ``"content"`` is not decoded here at all (a reasoning or a
-        call stream would otherwise be decoded twice)."""
+        string ``"content"`` (or reasoning) is not decoded here at all (a
+        call stream would otherwise be decoded twice). All the run's texts
+        are of one field (content, or a reasoning field: one lane)."""
         if _STRING_CONTENT(data, pos, data.find(b"\n", pos)) is None:
-            return None  # the first is no plain text (reasoning, a call, …)
+            return None  # the first is no plain text (a call, …)
         lines = data[pos:].split(b"\n")  # ``data`` ends with a blank line
         payloads: list[bytes] = []
         for line, blank in zip(lines[0:-1:2], lines[1::2], strict=False):
@@ -481,23 +490,23 @@ class SSESession:
         views: list[ChunkView] = []
         texts: list[str] = []
         choices: list[ChoiceView] = []
-        index = -1
+        index, key = -1, CONTENT
         try:
             for view in map(_decode, payloads):
-                plain = plain_content(view)
-                if plain is None or (index >= 0 and plain[0] != index):
+                plain = plain_text(view)
+                if plain is None or (index >= 0 and (plain[0] != index or plain[2] != key)):
                     break
-                index = plain[0]
+                index, key = plain[0], plain[2]
                 views.append(view)
                 texts.append(plain[1])
                 choices.append(view.choices[0])  # type: ignore[index]
         except msgspec.MsgspecError:
             pass  # that one goes one by one: decoded loosely, or its error
         n = len(texts)
-        if n < 2 or not self.chain.has_lane(index):
+        if n < 2 or not self.chain.has_lane(index, key):
             return None
         taken, changes = self.chain.feed_plain_run(
-            index, texts, "".join(texts), payloads[0], payloads, choices
+            index, texts, "".join(texts), payloads[0], payloads, choices, key
         )
         starts = [pos]
         for payload in payloads[:taken]:

@@ -157,10 +157,10 @@ def test_learning_slows_down_when_every_chunk_differs() -> None:
     learned = 0
     real = session_mod._Shape.learn
 
-    def counting(raw: bytes, index: int, content: str) -> Any:
+    def counting(raw: bytes, index: int, content: str, key: str) -> Any:
         nonlocal learned
         learned += 1
-        return real(raw, index, content)
+        return real(raw, index, content, key)
 
     n = 640
     reads = [ROLE] + [event(chunk(f" w{i}", extra={"obfuscation": str(i)})) for i in range(n)]

@@ -35,9 +35,10 @@ class Accumulator:
 
     __slots__ = ("_anon", "_calls", "_last", "ctx")
 
-    #: Content alone never concerns the accumulator: the chain leaves it
-    #: out of the plain-text lane (``delta.TextLane``).
+    #: Content or reasoning alone never concerns the accumulator: the
+    #: chain leaves it out of both lanes (``delta.TextLane``).
     ignores_content = True
+    ignores_reasoning = True
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

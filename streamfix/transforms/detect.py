@@ -232,6 +232,11 @@ def _trailing_ws(s: str, end: int) -> int:
 class ToolTagDetector:
     """Lifts tool calls written as text (see module docstring)."""
 
+    #: Calls are lifted from content only: a reasoning-only delta passes
+    #: ``feed`` untouched, so the chain leaves the detector out of the
+    #: reasoning lane (``delta.TextLane``).
+    ignores_reasoning = True
+
     __slots__ = (
         "_calls",
         "_carry",

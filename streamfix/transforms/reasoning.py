@@ -77,6 +77,18 @@ class ReasoningSplitter:
             return len(texts)
         return take_each(self.feed_text, texts)
 
+    def feed_reasoning(self, text: str) -> bool:
+        """The reasoning lane (``delta.TextLane``): reasoning from the
+        upstream means it separates reasoning itself (``_run``); nothing
+        else of a reasoning-only delta concerns the splitter."""
+        if text and self._state == _START and not self._held:
+            self._state = _TEXT
+        return True
+
+    def feed_reasonings(self, texts: list[str], joined: str) -> int:
+        self.feed_reasoning(joined)
+        return len(texts)
+
     def feed(self, d: Delta) -> None:
         self._run(d, False)
 

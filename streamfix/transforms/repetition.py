@@ -327,20 +327,37 @@ class RepetitionCutter:
             return len(texts)
         return take_each(self.feed_text, texts)
 
+    def feed_reasoning(self, text: str) -> bool:
+        """The reasoning lane (``delta.TextLane``): ``feed_text`` for
+        reasoning text, on its own channel."""
+        hit = self._reasoning.feed(text)
+        if hit is None:
+            return True
+        self._lane_hit = (text, hit)
+        return False
+
+    def feed_reasonings(self, texts: list[str], joined: str) -> int:
+        """``feed_texts`` for reasoning text."""
+        if self._reasoning.feed(joined, undo_on_hit=True) is None:
+            return len(texts)
+        return take_each(self.feed_reasoning, texts)
+
     def feed(self, d: Delta) -> None:
+        # A lane's verdict on this very text (it declined it: the text is
+        # already in its channel); a declined text is the delta's only one.
+        lane = self._lane_hit
+        if lane is not None:
+            self._lane_hit = None
         r = d.reasoning
         if r:
-            hit = self._reasoning.feed(r)
+            hit = lane[1] if lane is not None and r is lane[0] else self._reasoning.feed(r)
             if hit is not None:
                 d.reasoning = r[: hit[1]]
                 return self._cut(d, hit[0])
         c = d.content
-        lane = self._lane_hit
-        if lane is not None:
-            self._lane_hit = None
-            if c is lane[0]:
-                d.content = c[: lane[1][1]]
-                return self._cut(d, lane[1][0])
+        if lane is not None and c is lane[0]:
+            d.content = c[: lane[1][1]]
+            return self._cut(d, lane[1][0])
         if c:
             hit = self._content.feed(c)
             if hit is not None:

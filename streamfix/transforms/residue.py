@@ -192,6 +192,15 @@ class ResidueStripper:
         joins the pieces anyway), or one by one if any concerns us."""
         return len(texts) if self.feed_text(joined) else take_each(self.feed_text, texts)
 
+    def feed_reasoning(self, text: str) -> bool:
+        """The reasoning lane (``delta.TextLane``): a reasoning-only delta
+        concerns the stripper only when it holds text (``_run`` may then
+        release it)."""
+        return not self._held
+
+    def feed_reasonings(self, texts: list[str], joined: str) -> int:
+        return 0 if self._held else len(texts)
+
     def feed(self, d: Delta) -> None:
         self._run(d, False)
 
