@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from .chunks import CONTENT, ChoiceView, ChunkView, DeltaView, plain_text, view_of
+from .chunks import CONTENT, REASONING, ChoiceView, ChunkView, DeltaView, plain_text, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
 from .delta import take_each as _take_each
@@ -87,7 +87,7 @@ class _Lane:
 #: Each lane's step methods: one text, a run of texts, and the flag of a
 #: step that the lane leaves out (calling it per chunk would only cost).
 _LANE_METHODS = {
-    CONTENT: ("feed_text", "feed_texts", "ignores_content"),
+    "text": ("feed_text", "feed_texts", "ignores_content"),
     "reasoning": ("feed_reasoning", "feed_reasonings", "ignores_reasoning"),
 }
 
@@ -128,7 +128,7 @@ class _Choice:
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
         #: The plain-text and the reasoning lane (``delta.TextLane``).
-        self.text_lane = _lane_of(self.steps, CONTENT)
+        self.text_lane = _lane_of(self.steps, "text")
         self.reasoning_lane = _lane_of(self.steps, "reasoning")
         #: The plain-text lane's methods (``feed_plain``, the hot path).
         self.lane = None if self.text_lane is None else self.text_lane.accepts
@@ -167,7 +167,7 @@ def _delta_view(key: str, text: str) -> DeltaView:
     """The view of a delta whose only field is ``key``, holding ``text``."""
     if key == CONTENT:
         return DeltaView(content=text)
-    if key == "reasoning":
+    if key == REASONING:
         return DeltaView(reasoning=text)
     return DeltaView(reasoning_content=text)
 
@@ -293,7 +293,7 @@ class Chain:
         if st is None or st.done or st.reasoning_lane is None:
             return None
         self._template_src = original
-        if key == "reasoning":
+        if key == REASONING:
             st.reasoning_key = key  # the server's own field name goes back out
         return self._lane_from(st, 0, index, text, key, original, ch)
 
@@ -374,7 +374,7 @@ class Chain:
             return 0, []
         assert st is not None
         self._template_src = original
-        if key == "reasoning":
+        if key == REASONING:
             st.reasoning_key = key
         n = len(texts)
         # taken[j]: how many texts lane entry j took (never more than the

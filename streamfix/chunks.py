@@ -85,8 +85,11 @@ def decode_view(payload: bytes) -> ChunkView:
         raise UpstreamProtocolError(f"chunk is not JSON: {exc}; data: {payload[:200]!r}") from None
 
 
-#: The key of a delta's content, as the lanes name it (``plain_text``).
+#: The fields of a delta's text, as ``plain_text`` names them: content,
+#: and reasoning (vLLM, SGLang, llama.cpp; newer vLLM: ``reasoning``).
 CONTENT = "content"
+REASONING_CONTENT = "reasoning_content"
+REASONING = "reasoning"
 
 
 def plain_text(view: ChunkView) -> tuple[int, str, str] | None:
@@ -111,8 +114,8 @@ def plain_text(view: ChunkView) -> tuple[int, str, str] | None:
     if content or (rc is not None and r is not None):
         return None  # text and reasoning at once, or both reasoning keys: full path
     if rc is not None:
-        return ch.index, rc, "reasoning_content"
-    return None if r is None else (ch.index, r, "reasoning")
+        return ch.index, rc, REASONING_CONTENT
+    return None if r is None else (ch.index, r, REASONING)
 
 
 def view_of(obj: Any) -> ChunkView:

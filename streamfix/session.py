@@ -39,7 +39,7 @@ _NEVER_IDLE = _NeverIdle()
 
 #: A ``"content"`` (or reasoning) key whose value is a string
 #: (``SSESession._decoded_run``).
-_STRING_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning)":\s*"').search
+_STRING_TEXT = re.compile(rb'"(?:content|reasoning_content|reasoning)":\s*"').search
 #: Bytes that end a JSON string or need unescaping, and bytes JSON forbids
 #: raw in a string (a raw CR or LF would also be an SSE line end).
 _NOT_PLAIN_STRING = re.compile(rb'[\x00-\x1f"\\]').search
@@ -109,8 +109,8 @@ class _Shape:
         ``content`` of choice ``index`` in the field ``key``; None when the
         content's place in the bytes is not certain (the key twice, spaces
         before the colon, an escaped quote in it)."""
-        # The only ``"content"`` token (a key: in a string its quotes would
-        # be escaped), so the string after it is the delta's content.
+        # The only token of the key (a key: in a string its quotes would be
+        # escaped), so the string after it is the delta's text.
         token = b'"' + key.encode() + b'"'
         at = raw.find(token + b":")
         if at < 0 or raw.count(token) != 1:
@@ -475,7 +475,7 @@ class SSESession:
         string ``"content"`` (or reasoning) is not decoded here at all (a
         call stream would otherwise be decoded twice). All the run's texts
         are of one field (content, or a reasoning field: one lane)."""
-        if _STRING_CONTENT(data, pos, data.find(b"\n", pos)) is None:
+        if _STRING_TEXT(data, pos, data.find(b"\n", pos)) is None:
             return None  # the first is no plain text (a call, …)
         lines = data[pos:].split(b"\n")  # ``data`` ends with a blank line
         payloads: list[bytes] = []

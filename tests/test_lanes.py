@@ -9,7 +9,6 @@ output must be exactly the full path's."""
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -28,10 +27,8 @@ from streamfix.transforms.reasoning import ReasoningSplitter
 from streamfix.transforms.repetition import RepetitionCutter
 from streamfix.transforms.residue import ResidueStripper
 
-from .streamutil import chunk, run_sse, split_at, tool
-
-WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}
-_CALL_ID = re.compile(rb"call_[0-9a-f]{24}")
+from .streamutil import chunk, run_sse, split_at
+from .test_runs import _CALL_ID, END, ROLE, WEATHER
 
 
 @contextlib.contextmanager
@@ -53,9 +50,6 @@ def event(text: str | None, key: str, seq: int | None = None, content: str | Non
         obj["x_seq"] = seq
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
-
-ROLE = b"data: " + orjson.dumps(chunk(role="assistant", content="")) + b"\n\n"
-END = b"data: " + orjson.dumps(chunk(finish="stop")) + b"\n\ndata: [DONE]\n\n"
 
 _PIECES = st.sampled_from(
     [
