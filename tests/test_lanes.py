@@ -39,11 +39,18 @@ def no_lanes() -> Iterator[None]:
         yield
 
 
-def event(text: str | None, key: str, seq: int | None = None, content: str | None = None) -> bytes:
-    """An event with ``text`` in the field ``key`` (``content`` when it is
-    ``"content"``, else a reasoning field, with ``content`` beside it).
-    ``seq``: bytes around the text that no other event has (decoded runs)."""
-    obj = chunk(content)
+def event(
+    text: str | None,
+    key: str,
+    seq: int | None = None,
+    content: str | None = None,
+    index: int = 0,
+) -> bytes:
+    """An event of choice ``index`` with ``text`` in the field ``key``
+    (``content`` when it is ``"content"``, else a reasoning field, with
+    ``content`` beside it). ``seq``: bytes around the text that no other
+    event has (decoded runs)."""
+    obj = chunk(content, index=index)
     delta = obj["choices"][0]["delta"]
     delta[key] = text
     if seq is not None:
@@ -77,6 +84,7 @@ _CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</too
 _PART = st.one_of(
     st.tuples(st.sampled_from(["content", "reasoning"]), _PIECES),
     st.tuples(st.sampled_from(["content", "reasoning"]), st.just(_CALL)),
+    st.tuples(st.sampled_from(["content@1", "reasoning@1"]), _PIECES),  # a second choice
     st.tuples(st.sampled_from(["content", "reasoning"]), st.text(max_size=4)),
     st.tuples(st.sampled_from(["content", "reasoning"]), st.just(_LOOP)).map(lambda p: [p] * 40),
 )
@@ -86,16 +94,17 @@ def _events(parts: list[Any], reasoning_key: str, varying: bool, both: bool) -> 
     events = [ROLE]
     for part in parts:
         for field, text in part if isinstance(part, list) else [part]:
-            key = reasoning_key if field == "reasoning" else "content"
+            name, _, index = field.partition("@")
+            key = reasoning_key if name == "reasoning" else "content"
             seq = len(events) if varying else None
-            # ``both``: reasoning events carry ``"content": ""`` too (LM Studio)
+            # ``both``: reasoning events carry ``"content": ""`` too (some servers)
             content = "" if both and key != "content" else None
-            events.append(event(text, key, seq, content))
+            events.append(event(text, key, seq, content, int(index or 0)))
     events.append(END)
     return events
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     st.lists(_PART, min_size=1, max_size=40),
     st.sampled_from(["reasoning_content", "reasoning"]),
