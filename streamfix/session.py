@@ -77,6 +77,7 @@ class _Shape:
         "key",
         "payload",
         "prefix",
+        "reasoning",
         "sep",
         "size",
         "start",
@@ -99,6 +100,7 @@ class _Shape:
         #: The field the text is in: ``content``, or a reasoning field
         #: (``reasoning_content``, ``reasoning``: the reasoning lane's).
         self.key = key
+        self.reasoning = key != CONTENT  # (a bool: tested per event)
         #: The bytes between two contents of the shape, from one event into
         #: the next: no content holds them (they have a line end).
         self.sep = suffix + prefix
@@ -263,9 +265,9 @@ class SSESession:
                     return None
         except (UnicodeDecodeError, orjson.JSONDecodeError):
             return None
-        if shape.key == CONTENT:
-            return self.chain.feed_plain(shape.index, text, shape.payload)
-        return self.chain.feed_reasoning(shape.index, text, shape.key, shape.payload)
+        if shape.reasoning:
+            return self.chain.feed_reasoning(shape.index, text, shape.key, shape.payload)
+        return self.chain.feed_plain(shape.index, text, shape.payload)
 
     def _event(self, data: bytes, pos: int, end: int) -> bytes | None:
         """The single-line JSON event ``data[pos:end]`` (terminator
