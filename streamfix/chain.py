@@ -116,7 +116,6 @@ class _Choice:
     __slots__ = (
         "cut",
         "done",
-        "lane",
         "n_calls",
         "reasoning_key",
         "reasoning_lane",
@@ -130,8 +129,6 @@ class _Choice:
         #: The plain-text and the reasoning lane (``delta.TextLane``).
         self.text_lane = _lane_of(self.steps, "text")
         self.reasoning_lane = _lane_of(self.steps, "reasoning")
-        #: The plain-text lane's methods (``feed_plain``, the hot path).
-        self.lane = None if self.text_lane is None else self.text_lane.accepts
         self.done = False
         self.cut = False
         self.n_calls = 0  # calls emitted so far: the next call's index
@@ -265,15 +262,15 @@ class Chain:
         caller then feeds the chunk's view). ``ch``: the chunk's choice view,
         when the caller decoded one (else one is made if needed)."""
         st = self._choices.get(index)
-        lane = st.lane if st is not None and not st.done else None
+        lane = st.text_lane if st is not None and not st.done else None
         if lane is None:
             return None
         assert st is not None
         self._template_src = original
-        for accepts in lane:  # (``_lane_from``, inlined: the hot path)
+        for accepts in lane.accepts:  # (``_lane_from``, inlined: the hot path)
             if not accepts(content):
-                entry = lane.index(accepts)
-                return self._declined(st, entry, index, content, CONTENT, original, ch)
+                entry = lane.accepts.index(accepts)
+                return self._lane_from(st, entry, index, content, CONTENT, original, ch, True)
         if not st.saw_output and content:
             st.saw_output = True
         return PASS_ONLY
@@ -306,47 +303,37 @@ class Chain:
         key: str,
         original: bytes | dict[str, Any],
         ch: ChoiceView | None = None,
+        declined: bool = False,
     ) -> list[Out]:
         """``text`` (of the field ``key``) on its lane from entry ``first``
         on (the entries before it have taken it), then the full path from
-        the entry that declines it, if one does."""
+        the entry that declines it, if one does. ``declined``: entry
+        ``first`` has already seen and declined it, and is not asked again
+        (a decline may keep its verdict for this very text: the repetition
+        cutter's ``_lane_hit``): the full path from there at once."""
         lane = _lane(st, key)
         assert lane is not None
-        for entry in range(first, len(lane.accepts)):
-            if not lane.accepts[entry](text):
-                return self._declined(st, entry, index, text, key, original, ch)
-        if text:
-            self._saw(st, key)
-        return PASS_ONLY
-
-    def _saw(self, st: _Choice, key: str) -> None:
-        """Text of the field ``key`` reached the client (``_note_output``)."""
-        st.saw_output = True
-        if key != CONTENT:
-            self.report.reasoning = True
-
-    def _declined(
-        self,
-        st: _Choice,
-        entry: int,
-        index: int,
-        text: str,
-        key: str,
-        original: bytes | dict[str, Any],
-        ch: ChoiceView | None = None,
-    ) -> list[Out]:
-        """The full path for ``text`` (of the field ``key``) from entry
-        ``entry`` of its lane, which declined it (the entries before it took
-        it). The declining entry is not asked again: a decline may keep its
-        verdict for this very text (the repetition cutter's ``_lane_hit``)."""
-        lane = _lane(st, key)
-        assert lane is not None
+        entry = first
+        if not declined:
+            for entry in range(first, len(lane.accepts)):
+                if not lane.accepts[entry](text):
+                    break
+            else:
+                if text:
+                    self._saw(st, key)
+                return PASS_ONLY
         if ch is None:
             ch = ChoiceView(index=index, delta=_delta_view(key, text))
         d, changed = self._feed_choice(ch, start=lane.pos[entry])
         if not changed:
             return PASS_ONLY
         return self._changed(original, [(ch, d)])
+
+    def _saw(self, st: _Choice, key: str) -> None:
+        """Text of the field ``key`` reached the client (``_note_output``)."""
+        st.saw_output = True
+        if key != CONTENT:
+            self.report.reasoning = True
 
     def feed_plain_run(
         self,
@@ -403,10 +390,8 @@ class Chain:
             orig = original if originals is None else originals[i]
             ch = None if choices is None else choices[i]
             self._template_src = orig
-            if taken[first] == i:
-                out = self._declined(st, first, index, texts[i], key, orig, ch)
-            else:
-                out = self._lane_from(st, first, index, texts[i], key, orig, ch)
+            declined = taken[first] == i  # that entry saw it; else it never got it
+            out = self._lane_from(st, first, index, texts[i], key, orig, ch, declined)
             if out is not PASS_ONLY:
                 changes.append((i, out))
         return n, changes

@@ -491,7 +491,6 @@ class SSESession:
         # events after it are left undecoded for the path that takes them.
         views: list[ChunkView] = []
         texts: list[str] = []
-        choices: list[ChoiceView] = []
         index, key = -1, CONTENT
         try:
             for view in map(_decode, payloads):
@@ -501,12 +500,12 @@ class SSESession:
                 index, key = plain[0], plain[2]
                 views.append(view)
                 texts.append(plain[1])
-                choices.append(view.choices[0])  # type: ignore[index]
         except msgspec.MsgspecError:
             pass  # that one goes one by one: decoded loosely, or its error
         n = len(texts)
         if n < 2 or not self.chain.has_lane(index, key):
             return None
+        choices: list[ChoiceView] = [v.choices[0] for v in views]  # type: ignore[index]
         taken, changes = self.chain.feed_plain_run(
             index, texts, "".join(texts), payloads[0], payloads, choices, key
         )

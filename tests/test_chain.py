@@ -273,8 +273,9 @@ def test_plain_text_takes_the_lane_with_tools_declared() -> None:
     session = streamfix.SSESession(WEATHER)
     session.feed(sse([chunk(role="assistant", content=""), chunk("Hello")], done=False))
     st = session.chain._choices[0]
-    assert st.lane is not None and len(st.lane) == len(st.steps) - 1  # all but the accumulator
-    assert all(accepts(" there, friend") for accepts in st.lane)
+    lane = st.text_lane
+    assert lane is not None and len(lane.accepts) == len(st.steps) - 1  # all but the accumulator
+    assert all(accepts(" there, friend") for accepts in lane.accepts)
 
 
 def test_events_before_a_broken_one_in_a_later_read_are_not_lost() -> None:

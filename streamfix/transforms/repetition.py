@@ -68,6 +68,7 @@ client in total.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..context import Context
@@ -288,6 +289,14 @@ class _Channel:
         return found
 
 
+def _take_run(ch: _Channel, feed_one: Callable[[str], bool], texts: list[str], joined: str) -> int:
+    """A lane's run of ``texts`` into channel ``ch`` at once; if that finds
+    a loop, the channel as it was, and the texts one by one (``feed_one``)."""
+    if ch.feed(joined, undo_on_hit=True) is None:
+        return len(texts)
+    return take_each(feed_one, texts)
+
+
 class RepetitionCutter:
     """Cuts exact loops in content, reasoning and arguments (module doc)."""
 
@@ -323,9 +332,7 @@ class RepetitionCutter:
         at absolute positions, so the joined text meets the same ones; if
         one finds a loop, the channel goes back to before the run and the
         texts go one by one, to decline the very text ``feed_text`` would."""
-        if self._content.feed(joined, undo_on_hit=True) is None:
-            return len(texts)
-        return take_each(self.feed_text, texts)
+        return _take_run(self._content, self.feed_text, texts, joined)
 
     def feed_reasoning(self, text: str) -> bool:
         """The reasoning lane (``delta.TextLane``): ``feed_text`` for
@@ -338,9 +345,7 @@ class RepetitionCutter:
 
     def feed_reasonings(self, texts: list[str], joined: str) -> int:
         """``feed_texts`` for reasoning text."""
-        if self._reasoning.feed(joined, undo_on_hit=True) is None:
-            return len(texts)
-        return take_each(self.feed_reasoning, texts)
+        return _take_run(self._reasoning, self.feed_reasoning, texts, joined)
 
     def feed(self, d: Delta) -> None:
         # A lane's verdict on this very text (it declined it: the text is
