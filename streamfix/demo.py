@@ -8,7 +8,7 @@ OpenAI SDK's merge rules: strings of a tool-call delta are concatenated by
 ``index``). No model, no network, a second or two.
 
 The scenarios are scripted from real captures (``llama-cpp-python`` with
-SmolLM2, see ``shared/captures``) and from shapes reported by users; what
+SmolLM2, see ``tests/captures``) and from shapes reported by users; what
 the right-hand column shows is whatever the chain in this install does.
 """
 

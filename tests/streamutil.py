@@ -14,13 +14,9 @@ import orjson
 
 import streamfix
 
-CAPTURES = (
-    Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "llama-cpp-python-smollm2"
-)
-if not CAPTURES.exists():  # CI clones main beside a copy of shared/
-    CAPTURES = (
-        Path(__file__).resolve().parents[2] / "shared" / "captures" / "llama-cpp-python-smollm2"
-    )
+#: Raw SSE recorded from llama.cpp's server with SmolLM2-135M (see the README
+#: beside them for how and with which server version).
+CAPTURES = Path(__file__).resolve().parent / "captures" / "llama-cpp-python-smollm2"
 
 
 def tool(
@@ -39,7 +35,7 @@ def tool(
     }
 
 
-#: The tools offered in shared/shapes.md.
+#: The tools offered in the shape examples (tests/test_formats_core.py).
 SHAPES_TOOLS = [
     tool("lookup_order", {"order_id": {"type": "string"}}, ["order_id"]),
     tool(

@@ -1,4 +1,4 @@
-"""The core text shapes of shared/shapes.md, each with its variants: run
+"""The core text shapes (one example of each, as users report them), each with its variants: run
 whole, cut at every character boundary, one character per chunk, and at
 random byte cuts of the SSE stream (hypothesis): identical results."""
 

@@ -29,7 +29,7 @@ the three pieces the proxy needs to avoid that:
     and, once loaded, ``loaded_context_length`` (lmstudio-ai/docs,
     ``1_developer/2_rest/endpoints.mdx``).
   * llama-cpp-python: its cards report nothing (see
-    ``shared/captures/llama-cpp-python-smollm2/models.json``); the window is
+    ``tests/captures/llama-cpp-python-smollm2/models.json``); the window is
     learned from the first overflow error (``window_from_error``).
 
 - ``window_from_error``: read the window out of a context-overflow error body

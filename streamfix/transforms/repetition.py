@@ -1,7 +1,7 @@
 """Repetition cutter: end the turn when a channel falls into an exact loop.
 
 A small model stuck in a loop emits the same fragment until ``max_tokens``
-(``shared/captures/…/e_repetition_cat_mat_exact_loop.sse``). Sampler
+(``tests/captures/…/e_repetition_cat_mat_exact_loop.sse``). Sampler
 penalties (DRY, repetition penalty) break JSON tool calls, so the loop is
 cut in the stream instead: the turn ends with ``finish_reason: "length"``
 and ``{"cut": "repetition", "period": N}`` on the choice, and the chain
