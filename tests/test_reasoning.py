@@ -24,13 +24,14 @@ A1 = ("lookup_order", {"order_id": "A-1"})
 CASES = [
     # (content, expected content, expected reasoning, calls)
     ("<think>Let me see.</think>The answer is 4.", "The answer is 4.", "Let me see.", []),
-    ("<think>\nplan\n</think>\n\n" + CALL, "", "\nplan\n", [A1]),
+    # the blanks around the channel are the template's layout
+    ("<think>\nplan\n</think>\n\n" + CALL, "", "plan", [A1]),
     ("Let me think about it.</think>\n" + CALL, "", "Let me think about it.", [A1]),
     ("I should call it: " + CALL + "</think>Done.", "Done.", "I should call it: " + CALL, []),
     ("<think>drafting " + CALL + "</think>", "", "drafting " + CALL, []),
     ("No reasoning here, just text.", "No reasoning here, just text.", "", []),
     ("<think></think>Hi", "Hi", "", []),
-    ("Hi <think>aside</think> there", "Hi  there", "aside", []),
+    ("Hi <think>aside</think> there", "Hi there", "aside", []),
     ("<think>one</think>A<think>two</think>B", "AB", "onetwo", []),
     ("<think>never closed", "", "never closed", []),
     ("a <thinking> tag is not ours", "a <thinking> tag is not ours", "", []),

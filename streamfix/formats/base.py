@@ -42,6 +42,12 @@ detector applies it to every name a parser returns).
 Formats that share a marker (``<tool_call>`` opens Hermes JSON, Qwen3-Coder
 XML and GLM calls) must share its end rule; the registry tries their
 parsers in order.
+
+A family's reasoning markup is declared beside its calls, as a module-level
+``REASONING: list[Reasoning]``: what opens and closes its reasoning channel,
+the headers of its answer channel, and whether its template may open the
+reasoning itself (``prefilled``). The reasoning splitter
+(``transforms/reasoning.py``) asks the registry for all of them.
 """
 
 from __future__ import annotations
@@ -52,6 +58,28 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from ..context import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A family's reasoning markup, as its model writes it in ``content``.
+
+    - ``opens``: markers that open the reasoning channel (``<think>``,
+      ``[THINK]``, ``<|channel|>analysis<|message|>``);
+    - ``closes``: markers that close a channel one of ``opens`` opened;
+    - ``answer``: markup around the answer channel (its headers, its
+      end): dropped, the text after it is content;
+    - ``prefilled``: the chat template may open the reasoning in the
+      prompt, so a reply can start inside it and show only a close: all
+      before that close is reasoning.
+    """
+
+    name: str
+    opens: tuple[str, ...]
+    closes: tuple[str, ...]
+    answer: tuple[str, ...] = ()
+    prefilled: bool = False
+
 
 #: Returned by ``EndFinder.feed`` when the region turns out not to be a
 #: call at all (a bare ``{`` followed by prose): the detector releases it

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Reasoning
 from .scan import UntilMarker
 
 G4_OPEN, G4_CLOSE, G4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
@@ -196,3 +196,11 @@ class FunctionGemma(_GemmaTokens):
 
 
 FORMATS: list[Format] = [Gemma4(), FunctionGemma()]
+
+
+# Gemma 4's thought channel: ``<|channel>thought\n…<channel|>`` before the
+# answer (vLLM ``reasoning/gemma4_reasoning_parser.py``). With thinking off
+# the template writes an empty one in the prompt.
+REASONING: list[Reasoning] = [
+    Reasoning("gemma4", opens=("<|channel>thought",), closes=("<channel|>",))
+]

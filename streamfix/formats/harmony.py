@@ -28,7 +28,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Reasoning
 
 MESSAGE = "<|message|>"
 CALL = "<|call|>"
@@ -69,3 +69,29 @@ def _unglue(name: str, tools: Mapping[str, ToolSpec]) -> str:
 
 
 FORMATS: list[Format] = [Harmony()]
+
+
+# Harmony's channels (openai/harmony ``docs/format.md``; vLLM
+# ``reasoning/gptoss_reasoning_parser.py``): ``analysis`` is reasoning and
+# ends at ``<|end|>``; ``final`` is the answer; a ``commentary`` message with
+# no recipient is a preamble the user sees (content); one addressed
+# ``to=functions.NAME`` is a call (``Harmony`` above). The first message's
+# ``<|start|>assistant`` is in the prompt; later ones repeat it.
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "harmony",
+        opens=(
+            "<|channel|>analysis<|message|>",
+            "<|start|>assistant<|channel|>analysis<|message|>",
+        ),
+        closes=("<|end|>",),
+        answer=(
+            "<|channel|>final<|message|>",
+            "<|start|>assistant<|channel|>final<|message|>",
+            "<|channel|>commentary<|message|>",
+            "<|start|>assistant<|channel|>commentary<|message|>",
+            "<|end|>",
+            "<|return|>",
+        ),
+    )
+]

@@ -33,7 +33,7 @@ import orjson
 
 from ..context import ToolSpec
 from ._family import contiguous, loads
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
 from .scan import UntilMarker
 
 SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
@@ -157,3 +157,24 @@ class KimiK3(Format):
 
 
 FORMATS: list[Format] = [Kimi(), KimiK3()]
+
+
+# Kimi K3's sections (vLLM ``reasoning/kimi_k3_reasoning_parser.py``):
+# ``<|open|>think<|sep|>…<|close|>think<|sep|>`` is reasoning, the template
+# opens it in the prompt when thinking is on; the answer is framed by
+# ``<|open|>response<|sep|>…<|close|>response<|sep|>`` and the message
+# ends with ``<|close|>message<|sep|>``. Kimi K2.x uses ``<think>`` tags.
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "kimi_k3",
+        opens=("<|open|>think<|sep|>",),
+        closes=("<|close|>think<|sep|>",),
+        answer=(
+            '<|open|>message role="assistant"<|sep|>',
+            "<|open|>response<|sep|>",
+            "<|close|>response<|sep|>",
+            "<|close|>message<|sep|>",
+        ),
+        prefilled=True,
+    )
+]

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import Header, Json, Steps, loads
-from .base import ABORT, EndFinder, Format, RawCall, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, Reasoning, calls_from_value
 
 MARKER = "[TOOL_CALLS]"
 
@@ -96,3 +96,9 @@ class Mistral(Format):
 
 
 FORMATS: list[Format] = [Mistral()]
+
+
+# Magistral and Ministral "Reasoning" write their thoughts between
+# ``[THINK]`` and ``[/THINK]`` at the start of the reply (mistral-common
+# ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``).
+REASONING: list[Reasoning] = [Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",))]

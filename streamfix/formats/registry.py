@@ -3,8 +3,10 @@
 Each module of ``streamfix.formats`` (except ``base``, ``scan``,
 ``registry`` and private ``_x`` modules) may define a module-level
 ``FORMATS: list[Format]``; they are collected once, ordered by
-``priority`` (lower first) then ``name``. Adding a model family is one new
-module: nothing shared is edited.
+``priority`` (lower first) then ``name``; likewise a module's
+``REASONING: list[Reasoning]`` (its reasoning markup, for the reasoning
+splitter). Adding a model family is one new module: nothing shared is
+edited.
 
 ``markers_for(tools)`` turns the formats into what the detector's matcher
 needs for one request: every marker with the formats that share it (in
@@ -22,23 +24,38 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..context import ToolSpec
-from .base import Format
+from .base import Format, Reasoning
 
 _SKIP = frozenset({"base", "scan", "registry"})
 
 
 @lru_cache(maxsize=1)
-def all_formats() -> tuple[Format, ...]:
-    """Every registered format, in priority order."""
+def _modules() -> tuple[object, ...]:
     from . import __path__ as pkg_path
 
+    return tuple(
+        importlib.import_module(f"{__package__}.{info.name}")
+        for info in pkgutil.iter_modules(pkg_path)
+        if info.name not in _SKIP and not info.name.startswith("_")
+    )
+
+
+@lru_cache(maxsize=1)
+def all_formats() -> tuple[Format, ...]:
+    """Every registered format, in priority order."""
     found: list[Format] = []
-    for info in pkgutil.iter_modules(pkg_path):
-        if info.name in _SKIP or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__package__}.{info.name}")
+    for module in _modules():
         found.extend(getattr(module, "FORMATS", ()))
     return tuple(sorted(found, key=lambda f: (f.priority, f.name)))
+
+
+@lru_cache(maxsize=1)
+def all_reasoning() -> tuple[Reasoning, ...]:
+    """Every family's reasoning markup (the modules' ``REASONING``), by name."""
+    found: list[Reasoning] = []
+    for module in _modules():
+        found.extend(getattr(module, "REASONING", ()))
+    return tuple(sorted(found, key=lambda r: r.name))
 
 
 def by_name(name: str) -> Format:

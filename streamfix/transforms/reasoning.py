@@ -1,79 +1,207 @@
 """Reasoning in ``content`` goes to ``reasoning_content``.
 
 Reasoning models served without a reasoning parser send their thoughts as
-text: ``<think>…</think>`` (Qwen3, DeepSeek-R1, and the many models
-distilled from them), or, when the chat template opened the ``<think>`` in
-the prompt (DeepSeek-R1, Qwen3-thinking-2507), only the closing
-``</think>``: everything before it is reasoning (vLLM's ``deepseek_r1``
-and ``qwen3`` reasoning parsers treat a lone ``</think>`` the same way).
-The tool-tag detector runs after this splitter and only sees ``content``,
-so a call drafted inside reasoning is never lifted.
+text, each family in its own markup. The families declare it in the format
+registry (``formats/base.Reasoning``, a module's ``REASONING``): what opens
+and closes the reasoning channel (``<think>…</think>``, ``[THINK]…[/THINK]``,
+Gemma 4's ``<|channel>thought…<channel|>``, Harmony's
+``<|channel|>analysis<|message|>…<|end|>``, Kimi K3's sections) and the
+markup around the answer channel (Harmony's ``final`` and preamble
+headers, Kimi K3's ``response`` section), which is dropped. The tool-tag
+detector runs after this splitter and only sees ``content``, so a call
+drafted inside reasoning is never lifted.
 
-Because of that second form, the start of a reply may be held until it is
-known whether it is reasoning: until a ``<think>`` or ``</think>`` shows,
-at most ``Context.reasoning_hold`` characters (``UNOPENED_HOLD`` for a
-request to a reasoning model or an upstream known to reason; none
-otherwise, since holding delays every reply's first text). A ``</think>`` that starts within
-that many characters makes all before it reasoning; otherwise the text was
-content all along and is released. The decision depends on positions in
+**Prefilled reasoning.** When the chat template opened the reasoning in
+the prompt (DeepSeek R1 and V3.2+ thinking, Qwen3 Thinking and 3.5+, GLM
+4.7, Kimi K3), only the close arrives: everything before it is reasoning
+(vLLM's ``deepseek_r1`` and ``qwen3`` reasoning parsers treat a lone
+``</think>`` the same way). So the start of a reply may be held until it
+is known whether it is reasoning: at most ``Context.reasoning_hold``
+characters (``UNOPENED_HOLD`` for a request to a reasoning model or an
+upstream known to reason; none otherwise, since holding delays every
+reply's first text). A close of a family whose template can open the
+reasoning (``Reasoning.prefilled``) within that many characters makes all
+before it reasoning; a reply cut by the token limit (``finish_reason:
+"length"``) before any close is all reasoning; otherwise the text was
+content all along and is released. The decisions depend on positions in
 the text, not on chunking, so the split is the same for any chunking. The
-hold is skipped when the upstream already separates reasoning (a
-``reasoning_content`` field arrived first): then nothing in content is an
-unopened reasoning section. Only runs when the request offered tools
-(``chain.build_pipeline``).
+hold is skipped when the upstream already separates reasoning (a reasoning
+field arrived first). Without a hold, markup is still recognised at the
+very start of the reply (after blanks).
+
+**Layout.** The blanks the templates put around the channels (after an
+open, before a close, after a close or an answer header, before the first
+marker) are layout, not text: the reference parsers drop them, and so does
+this splitter. Blanks at the end of reasoning are held (at most
+``MAX_BLANK_HOLD``) until it is known whether the close follows.
+
+**Code.** After the start, a marker inside inline code or a code block (an
+odd number of backtick runs before it) is text the user asked for: an
+answer that explains ``</think>`` keeps it. Only runs when the request
+offered tools (``chain.build_pipeline``).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
 from ..delta import Delta, take_each
-
-OPEN: Final = "<think>"
-CLOSE: Final = "</think>"
+from ..formats.base import Reasoning
+from ..formats.registry import all_reasoning
 
 #: How much of the start of a reply is held, at most, while it may still be
 #: an unopened reasoning section (characters; about 500 tokens). A longer
-#: reasoning section whose ``</think>`` comes later is released as content;
-#: its stray ``</think>`` is then stripped, and the report says the model
-#: reasons (the proxy holds for that upstream from then on).
+#: reasoning section whose close comes later is released as content; its
+#: stray close is then stripped, and the report says the model reasons
+#: (the proxy holds for that upstream from then on).
 UNOPENED_HOLD = CONTEXT_UNOPENED_HOLD
 
+#: Blanks at the end of reasoning held until it is known whether its close
+#: follows (they are layout then). A longer run of blanks is released.
+MAX_BLANK_HOLD = 256
+
 _START, _TEXT, _THINK = 0, 1, 2
+_OPEN, _CLOSE, _ANSWER = 0, 1, 2
+_TICKS = re.compile(r"`+")
 
 
-def _partial(s: str, tag: str) -> int:
-    """Length of the longest suffix of ``s`` that is a proper prefix of ``tag``."""
-    i = s.rfind("<", max(0, len(s) - len(tag) + 1))
-    while i >= 0:
-        if tag.startswith(s[i:]):
-            return len(s) - i
-        i = s.find("<", i + 1)
-    return 0
+def _alternation(markers: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(m) for m in sorted(set(markers), key=len, reverse=True)))
+
+
+def _prefixes(markers: list[str]) -> frozenset[str]:
+    return frozenset(m[:i] for m in markers for i in range(1, len(m)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """The markers the splitter looks for in one state, compiled once."""
+
+    pattern: re.Pattern[str]
+    prefixes: frozenset[str]
+    longest: int
+    first: re.Pattern[str]  # the characters markers start with
+
+    @classmethod
+    def of(cls, markers: list[str]) -> _Table:
+        return cls(
+            _alternation(markers),
+            _prefixes(markers),
+            max(map(len, markers)),
+            re.compile("[" + re.escape("".join(sorted({m[0] for m in markers}))) + "]"),
+        )
+
+    def partial(self, s: str) -> int:
+        """Length of the longest suffix of ``s`` that is a proper prefix of
+        one of the markers."""
+        for m in self.first.finditer(s, max(0, len(s) - self.longest + 1)):
+            if s[m.start() :] in self.prefixes:
+                return len(s) - m.start()
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Markup:
+    """All families' reasoning markup, as the states need it."""
+
+    #: marker -> (kind, family), for the start and the text states; an
+    #: answer marker that is also a close (Harmony's ``<|end|>``) is an
+    #: answer there.
+    kinds: dict[str, tuple[int, Reasoning]]
+    start: _Table  # opens, answers, and the closes of prefilled families
+    text: _Table  # the same, those that start with ``<`` (mid-reply markup)
+    closes: dict[str, _Table]  # per family: its closes
+    #: The longest close of a prefilled family: the start of a reply is
+    #: held until a close that starts within the hold could have shown.
+    unopened_close: int
+
+
+@lru_cache(maxsize=1)
+def _markup() -> _Markup:
+    kinds: dict[str, tuple[int, Reasoning]] = {}
+    for r in all_reasoning():
+        if r.prefilled:
+            for m in r.closes:
+                kinds[m] = (_CLOSE, r)
+        for m in r.opens:
+            kinds[m] = (_OPEN, r)
+        for m in r.answer:
+            kinds[m] = (_ANSWER, r)
+    markers = list(kinds)
+    return _Markup(
+        kinds=kinds,
+        start=_Table.of(markers),
+        text=_Table.of([m for m in markers if m.startswith("<")]),
+        closes={r.name: _Table.of(list(r.closes)) for r in all_reasoning()},
+        unopened_close=max(len(m) for m, (k, _) in kinds.items() if k == _CLOSE),
+    )
+
+
+def _blank_tail(s: str) -> int:
+    """Length of the run of blanks that ends ``s``."""
+    return len(s) - len(s.rstrip())
 
 
 class ReasoningSplitter:
-    """Moves ``<think>…</think>`` from content to reasoning (module doc)."""
+    """Moves each family's reasoning from content to reasoning (module doc)."""
 
-    __slots__ = ("_held", "_hold_max", "_searched", "_state", "ctx")
+    __slots__ = (
+        "_code",
+        "_family",
+        "_held",
+        "_hold_max",
+        "_lead",
+        "_m",
+        "_searched",
+        "_state",
+        "_tick_end",
+        "ctx",
+    )
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        #: 0: never look for an unopened section (see ``Context.reasoning_hold``).
+        self._m = _markup()
+        #: 0: no unopened section is looked for (``Context.reasoning_hold``).
         self._hold_max = ctx.reasoning_hold
-        self._state = _START if self._hold_max > 0 else _TEXT
+        self._state = _START
         self._held = ""
         self._searched = 0  # START: how far ``_held`` has been searched
+        self._family: Reasoning | None = None  # THINK: whose channel is open
+        #: Drop the blanks that begin the current section (layout).
+        self._lead = False
+        self._code = False  # TEXT: inside inline code or a code block
+        self._tick_end = False  # TEXT: the last text seen ended with a backtick
+
+    # -- the lanes -------------------------------------------------------
 
     def feed_text(self, text: str) -> bool:
         """The chain's plain-text lane (``delta.TextLane``)."""
-        return self._state == _TEXT and not self._held and "<" not in text
+        if self._state == _START and not self._hold_max and not self._held:
+            # No hold: a reply whose first character begins no markup is text.
+            first = text.lstrip()[:1]
+            if not first or self._m.start.first.match(first):
+                return False
+            self._to_text(lead=False)
+        if self._state != _TEXT or self._held or self._lead or "<" in text:
+            return False
+        if "`" in text:
+            self._note_code(text)
+        else:
+            self._tick_end = False
+        return True
 
     def feed_texts(self, texts: list[str], joined: str) -> int:
         """A run of texts for the lane: all, or one by one."""
-        if self._state == _TEXT and not self._held and "<" not in joined:
+        if self._state == _TEXT and not self._held and not self._lead and "<" not in joined:
+            if "`" in joined:
+                self._note_code(joined)
+            else:
+                self._tick_end = False
             return len(texts)
         return take_each(self.feed_text, texts)
 
@@ -82,12 +210,14 @@ class ReasoningSplitter:
         upstream means it separates reasoning itself (``_run``); nothing
         else of a reasoning-only delta concerns the splitter."""
         if text and self._state == _START and not self._held:
-            self._state = _TEXT
+            self._to_text(lead=False)
         return True
 
     def feed_reasonings(self, texts: list[str], joined: str) -> int:
         self.feed_reasoning(joined)
         return len(texts)
+
+    # -- the full path ---------------------------------------------------
 
     def feed(self, d: Delta) -> None:
         self._run(d, False)
@@ -98,19 +228,24 @@ class ReasoningSplitter:
     def _run(self, d: Delta, final: bool) -> None:
         text = d.content
         if self._state == _START and d.reasoning and not self._held:
-            self._state = _TEXT  # the upstream separates reasoning itself
+            self._to_text(lead=False)  # the upstream separates reasoning itself
         if not text and not (final and self._held):
             return
         text = text or ""
-        if self._state == _TEXT and not self._held and "<" not in text:
+        if self._state == _TEXT and not self._held and not self._lead and "<" not in text:
+            if "`" in text:
+                self._note_code(text)
+            else:
+                self._tick_end = False
             return  # the fast path: nothing to look at, same object
         content: list[str] = []
         reasoning: list[str] = []
         s = self._held + text
         self._held = ""
+        cut = final and d.finish_reason == "length"
         while s:
             if self._state == _START:
-                s = self._start(s, content, reasoning, final)
+                s = self._start(s, content, reasoning, final, cut)
             elif self._state == _THINK:
                 s = self._inside(s, reasoning, final)
             else:
@@ -118,58 +253,161 @@ class ReasoningSplitter:
         new_content = "".join(content)
         if new_content != text:
             d.content = new_content
+        said = "".join(reasoning)
+        if said:
+            d.reasoning = (d.reasoning or "") + said
         if reasoning:
-            d.reasoning = (d.reasoning or "") + "".join(reasoning)
             self.ctx.report.count("reasoning_split")
+            self.ctx.report.reasoning = True
 
-    def _start(self, s: str, content: list[str], reasoning: list[str], final: bool) -> str:
-        lo = max(0, self._searched - len(CLOSE))
-        o = s.find(OPEN, lo)
-        c = s.find(CLOSE, lo)
-        first = min(i for i in (o, c) if i >= 0) if o >= 0 or c >= 0 else -1
-        if 0 <= first < self._hold_max:
-            if first == c:
-                reasoning.append(s[:c])
-                self._state = _TEXT
-                return s[c + len(CLOSE) :]
-            content.append(s[:o])
+    def _to_text(self, lead: bool) -> None:
+        self._state = _TEXT
+        self._searched = 0
+        self._lead = lead
+
+    def _content(self, piece: str, content: list[str]) -> None:
+        """``piece`` goes out as content; leading layout blanks dropped."""
+        if not piece:
+            return
+        if self._lead:
+            piece = piece.lstrip()
+            if not piece:
+                return
+            self._lead = False
+        content.append(piece)
+
+    def _reasoning(self, piece: str, reasoning: list[str]) -> None:
+        if not piece:
+            return
+        if self._lead:
+            piece = piece.lstrip()
+            if not piece:
+                return
+            self._lead = False
+        reasoning.append(piece)
+
+    def _marker(self, marker: str) -> None:
+        """What a marker found in the start or text state does."""
+        kind, family = self._m.kinds[marker]
+        if kind == _OPEN:
             self._state = _THINK
-            return s[o + len(OPEN) :]
-        if final or first >= 0 or len(s) >= self._hold_max + len(CLOSE):
-            self._state = _TEXT
-            self._searched = 0
-            return s
-        self._held = s
-        self._searched = len(s)
-        return ""
+            self._family = family
+            self._lead = True
+            return
+        if kind == _CLOSE and self._state == _TEXT:
+            # A close with nothing open: the end of a reasoning section whose
+            # start already went out as content. The tag is debris; the model
+            # reasons.
+            self.ctx.report.count("stripped.stray_think")
+            self.ctx.report.reasoning = True
+        self._to_text(lead=True)
+
+    def _start(
+        self, s: str, content: list[str], reasoning: list[str], final: bool, cut: bool
+    ) -> str:
+        table = self._m.start
+        m = table.pattern.search(s, max(0, self._searched - table.longest))
+        hold = self._hold_max
+        if m is not None:
+            before, marker = s[: m.start()], m.group()
+            at_start = not before.strip()
+            if at_start or m.start() < hold:
+                if self._m.kinds[marker][0] == _CLOSE:
+                    # The prompt opened the reasoning: all before is reasoning.
+                    self._lead = True
+                    self._reasoning(before.rstrip(), reasoning)
+                elif not at_start:
+                    self._content(before, content)
+                self._marker(marker)
+                return s[m.end() :]
+        elif not final:
+            stripped = s.lstrip()
+            if hold > 0 and len(s) < hold + self._m.unopened_close:
+                self._held = s
+                self._searched = len(s)
+                return ""
+            # Without a hold, only markup at the very start of the reply
+            # (after layout blanks) counts: hold what may still begin it.
+            if (
+                hold == 0
+                and (not stripped or stripped in table.prefixes)
+                and len(s) - len(stripped) <= MAX_BLANK_HOLD
+            ):
+                self._held = s
+                return ""
+        elif cut and hold > 0:
+            # Cut by the token limit inside reasoning the prompt opened.
+            self._lead = True
+            self._reasoning(s.rstrip(), reasoning)
+            self._to_text(lead=True)
+            return ""
+        self._to_text(lead=False)
+        return s
 
     def _inside(self, s: str, reasoning: list[str], final: bool) -> str:
-        c = s.find(CLOSE)
-        if c >= 0:
-            reasoning.append(s[:c])
-            self._state = _TEXT
-            return s[c + len(CLOSE) :]
-        keep = 0 if final else _partial(s, CLOSE)
-        reasoning.append(s[: len(s) - keep])
-        self._held = s[len(s) - keep :]
+        assert self._family is not None
+        table = self._m.closes[self._family.name]
+        m = table.pattern.search(s)
+        if m is not None:
+            self._reasoning(s[: m.start()].rstrip(), reasoning)
+            self._to_text(lead=True)
+            return s[m.end() :]
+        if final:
+            self._reasoning(s.rstrip(), reasoning)
+            return ""
+        keep = table.partial(s)
+        body = s[: len(s) - keep]
+        blanks = _blank_tail(body)
+        if blanks > MAX_BLANK_HOLD:
+            blanks = 0
+        self._reasoning(body[: len(body) - blanks], reasoning)
+        self._held = s[len(body) - blanks :]
         return ""
 
     def _outside(self, s: str, content: list[str], final: bool) -> str:
-        o = s.find(OPEN)
-        c = s.find(CLOSE)
-        if c >= 0 and (o < 0 or c < o):
-            # A ``</think>`` with nothing open: the end of a reasoning section
-            # whose start already went out as content (nothing held). The
-            # tag is debris; the model reasons.
-            content.append(s[:c])
-            self.ctx.report.count("stripped.stray_think")
-            self.ctx.report.reasoning = True
-            return s[c + len(CLOSE) :]
-        if o >= 0:
-            content.append(s[:o])
-            self._state = _THINK
-            return s[o + len(OPEN) :]
-        keep = 0 if final else max(_partial(s, OPEN), _partial(s, CLOSE))
-        content.append(s[: len(s) - keep])
+        table = self._m.text
+        pos = 0
+        while True:
+            m = table.pattern.search(s, pos)
+            if m is None or not self._in_code(s, pos, m.start()):
+                break
+            pos = m.end()  # a marker inside code is text
+        if m is not None:
+            self._note_code(s[: m.start()])
+            self._tick_end = False
+            self._content(s[: m.start()], content)
+            self._marker(m.group())
+            return s[m.end() :]
+        keep = 0 if final else table.partial(s)
+        out = s[: len(s) - keep]
+        self._note_code(out)
+        self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
+
+    # -- code spans ------------------------------------------------------
+
+    def _runs(self, s: str) -> int:
+        """Backtick runs that start in ``s`` (one continuing from the text
+        before does not start here)."""
+        if "`" not in s:
+            return 0
+        n = len(_TICKS.findall(s))
+        return n - 1 if self._tick_end and s.startswith("`") else n
+
+    def _note_code(self, s: str) -> None:
+        if not s:
+            return
+        if self._runs(s) % 2:
+            self._code = not self._code
+        self._tick_end = s.endswith("`")
+
+    def _in_code(self, s: str, lo: int, at: int) -> bool:
+        """Whether position ``at`` of ``s`` is inside code, ``s[:lo]`` not
+        yet noted (it is noted by the caller afterwards)."""
+        return self._code != bool(self._runs(s[:at]) % 2)
+
+
+#: Kept for callers that name the generic tags.
+OPEN: Final = "<think>"
+CLOSE: Final = "</think>"
