@@ -110,14 +110,14 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "text-around-hermes",
         'Let me check.\n<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}'
         "</tool_call>\nDone.",
-        "Let me check.\n\nDone.",
+        "Let me check.\nDone.",
         [("lookup_order", LO)],
     ),
     (
         "two-hermes-with-text-between",
         'A <tool_call>{"name": "refresh_cache", "arguments": {}}</tool_call> B '
         '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}</tool_call> C',
-        "A  B  C",
+        "A B C",
         [("refresh_cache", {}), ("lookup_order", LO)],
     ),
     (
@@ -201,7 +201,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "bare-json-after-text-on-its-line",
         'Let me look that up.\n{"name": "lookup_order", "arguments": {"order_id": "C-3"}}',
-        "Let me look that up.\n",
+        "Let me look that up.",
         [("lookup_order", {"order_id": "C-3"})],
     ),
     (
@@ -214,7 +214,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "code-call-json",
         'Saving that now.\ncreate_ticket({"title": "Refund request", "priority": 2})',
-        "Saving that now.\n",
+        "Saving that now.",
         [("create_ticket", {"title": "Refund request", "priority": 2})],
     ),
     (
@@ -232,7 +232,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "code-call-no-args-then-text",
         "One moment.\nrefresh_cache()\nAll set.",
-        "One moment.\n\nAll set.",
+        "One moment.\nAll set.",
         [("refresh_cache", {})],
     ),
     (
@@ -251,7 +251,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "pythonic-after-text",
         'Checking.\n[lookup_order(order_id="D-4")]',
-        "Checking.\n",
+        "Checking.",
         [("lookup_order", {"order_id": "D-4"})],
     ),
     (
@@ -282,7 +282,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "call-prefix-after-text",
         "On it. call:create_ticket{'title': 'x', 'priority': 1,}",
-        "On it. ",
+        "On it.",
         [("create_ticket", {"title": "x", "priority": 1})],
     ),
     (

@@ -67,8 +67,14 @@ class Reasoning:
     - ``opens``: markers that open the reasoning channel (``<think>``,
       ``[THINK]``, ``<|channel|>analysis<|message|>``);
     - ``closes``: markers that close a channel one of ``opens`` opened;
-    - ``answer``: markup around the answer channel (its headers, its
-      end): dropped, the text after it is content;
+    - ``answer``: headers of the answer channel: dropped by the splitter,
+      the text after them is content;
+    - ``ends``: markup that ends an answer or a message: left to the
+      residue stripper, which runs after the calls are lifted (such a
+      marker inside a call's argument is data);
+    - ``leading``: those of ``opens`` and ``answer`` that count only at the
+      start of the reply (later, the family writes a longer form, and the
+      short one may be part of a call's header);
     - ``prefilled``: the chat template may open the reasoning in the
       prompt, so a reply can start inside it and show only a close: all
       before that close is reasoning.
@@ -78,6 +84,8 @@ class Reasoning:
     opens: tuple[str, ...]
     closes: tuple[str, ...]
     answer: tuple[str, ...] = ()
+    ends: tuple[str, ...] = ()
+    leading: tuple[str, ...] = ()
     prefilled: bool = False
 
 
@@ -123,6 +131,12 @@ class Format:
     #: The markers count only at the start of a line (after blanks): a
     #: call written as code starts its line, ``x = lookup_order(…)`` is code.
     line_start: ClassVar[bool] = False
+    #: Blanks between text and a call are the template's layout, left out of
+    #: the content (the Hermes, Qwen, GLM and DeepSeek reference parsers);
+    #: False where the family's reference parser keeps them (Kimi K2,
+    #: SGLang's Gemma 4). Blanks at the reply's start or after a call are
+    #: layout either way.
+    layout_before: ClassVar[bool] = True
 
     @property
     def markup_if_unoffered(self) -> bool:

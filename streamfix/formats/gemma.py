@@ -186,6 +186,9 @@ class _GemmaTokens(Format):
 class Gemma4(_GemmaTokens):
     name: ClassVar[str] = "gemma4"
     markers: ClassVar[tuple[str, ...]] = (G4_OPEN,)
+    # SGLang's gemma4 detector keeps "text " before a call (vLLM's drops the
+    # blank; the corpus has more fixtures of the first).
+    layout_before: ClassVar[bool] = False
     open, close, quote = G4_OPEN, G4_CLOSE, G4_QUOTE
 
 

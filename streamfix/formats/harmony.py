@@ -90,8 +90,13 @@ REASONING: list[Reasoning] = [
             "<|start|>assistant<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
             "<|start|>assistant<|channel|>commentary<|message|>",
-            "<|end|>",
-            "<|return|>",
+        ),
+        # <|end|> and <|return|> are special tokens the residue stripper
+        # removes anyway.
+        leading=(
+            "<|channel|>analysis<|message|>",
+            "<|channel|>final<|message|>",
+            "<|channel|>commentary<|message|>",
         ),
     )
 ]

@@ -73,6 +73,7 @@ def _call(body: str) -> list[RawCall] | None:
 
 class Kimi(Format):
     name: ClassVar[str] = "kimi"
+    layout_before: ClassVar[bool] = False  # vLLM's kimi_k2 parser keeps "text " before a call
     markers: ClassVar[tuple[str, ...]] = (*SECTION_BEGIN, CALL_BEGIN)
     wrapped: ClassVar[bool] = True
 
@@ -169,12 +170,8 @@ REASONING: list[Reasoning] = [
         "kimi_k3",
         opens=("<|open|>think<|sep|>",),
         closes=("<|close|>think<|sep|>",),
-        answer=(
-            '<|open|>message role="assistant"<|sep|>',
-            "<|open|>response<|sep|>",
-            "<|close|>response<|sep|>",
-            "<|close|>message<|sep|>",
-        ),
+        answer=('<|open|>message role="assistant"<|sep|>', "<|open|>response<|sep|>"),
+        ends=("<|close|>response<|sep|>", "<|close|>message<|sep|>"),
         prefilled=True,
     )
 ]

@@ -38,6 +38,7 @@ FUNCTION_END = "</function>"
 class PythonTag(Format):
     name: ClassVar[str] = "llama"
     markers: ClassVar[tuple[str, ...]] = (PYTHON_TAG,)
+    layout_before: ClassVar[bool] = False  # SGLang's llama3 detector keeps "text "
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:

@@ -48,12 +48,12 @@ from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import resolve_name
 
-#: Blanks held where they are layout if a call follows: at the start of
-#: the reply and right after a call (dropped when a call or the end
-#: follows). Longer runs are released (their tail is still held). Blanks
-#: after text are released at once, as vLLM's parsers do: holding them
-#: would hold every newline token of a reply, and a newline before a call
-#: is harmless content.
+#: Blanks held where they are layout if a call follows: the templates put
+#: a newline or a space between the text and a call, and the reference
+#: parsers leave it out of the content (canitoolcall's fixtures). So blanks
+#: that end the text so far are held until the next text shows whether a
+#: call follows (dropped then; also at the end after a call). Longer runs
+#: are released (their tail is still held).
 MAX_GAP_WS = 32
 
 #: Matchers kept per distinct set of offered tool names (requests of one
@@ -86,6 +86,8 @@ QUIET_MAX = 8192
 #: one itself (``\u0000`` in the JSON) only makes the check more cautious:
 #: a marker's prefix before it is taken for one that ends a text.
 RUN_SEP = "\x00"
+#: A text of a run that ends in blanks (held: the run goes one by one).
+_BLANK_END = re.compile(r"\s(?:\x00|\Z)")
 
 
 def _trie(words: Iterable[str]) -> dict[str, Any]:
@@ -295,8 +297,7 @@ class ToolTagDetector:
     def hold_bound(self) -> int:
         """The most ``held`` can be now: the longest proper prefix of a
         marker, after blanks that are layout (``MAX_GAP_WS``)."""
-        gap = MAX_GAP_WS if self._leading or self._since_call else 0
-        return gap + self.m.maxlen - 1
+        return MAX_GAP_WS + self.m.maxlen - 1
 
     @property
     def in_region(self) -> bool:
@@ -313,14 +314,10 @@ class ToolTagDetector:
         if not self._plain:
             return False
         last = text[-1]
-        blank = last.isspace()
-        if blank and self._since_call:
-            return False  # blanks after a call are held: feed()
+        if last.isspace():
+            return False  # blanks that end the text are held: feed()
         if text not in self._quiet and not self.m.is_quiet(text) and self._search(text) is not None:
             return False  # a marker or a marker's prefix: feed()
-        if blank:
-            self._note(text)
-            return True
         # Released as is (``_note`` inlined: this is the hot path).
         self._prev = last
         self._since_call = False
@@ -344,7 +341,8 @@ class ToolTagDetector:
             or self._carry
             or "<" in joined
             or "[" in joined
-            or self.m.run_scan.search(RUN_SEP.join(texts)) is not None
+            or self.m.run_scan.search(run := RUN_SEP.join(texts)) is not None
+            or _BLANK_END.search(run) is not None
         ):
             return take_each(self.feed_text, texts)
         if joined:
@@ -476,13 +474,11 @@ class ToolTagDetector:
             self._held = s[at:]
 
     def _layout_from(self, s: str, at: int) -> int:
-        """Where the blanks just before ``s[at]`` start, if they are layout
-        (``MAX_GAP_WS``: at the reply's start or after a call, with nothing
-        but blanks before them in ``s``); else ``at``."""
-        if not (at and s[at - 1].isspace() and (self._leading or self._since_call)):
+        """Where the blanks just before ``s[at]`` start (layout if a call
+        follows; at most ``MAX_GAP_WS``)."""
+        if not (at and s[at - 1].isspace()):
             return at
-        gap_at = _trailing_ws(s, at)
-        return gap_at if not gap_at or s[:gap_at].isspace() else at
+        return _trailing_ws(s, at)
 
     def _release(self, out: list[str], text: str) -> None:
         if text:
@@ -515,6 +511,12 @@ class ToolTagDetector:
 
     def _start(self, s: str, start: int, marker: str, out: list[str]) -> str:
         gap_at = self._layout_from(s, start)
+        if (
+            gap_at < start
+            and not self.m.groups[marker][0].layout_before
+            and not ((self._leading or self._since_call) and s[:gap_at].isspace())
+        ):
+            gap_at = start  # this family's parser keeps blanks after text
         if gap_at:
             self._release(out, s[:gap_at])
         self._gap = s[gap_at:start]

@@ -133,10 +133,11 @@ def _markup() -> _Markup:
         for m in r.answer:
             kinds[m] = (_ANSWER, r)
     markers = list(kinds)
+    leading = {m for r in all_reasoning() for m in r.leading}
     return _Markup(
         kinds=kinds,
         start=_Table.of(markers),
-        text=_Table.of([m for m in markers if m.startswith("<")]),
+        text=_Table.of([m for m in markers if m.startswith("<") and m not in leading]),
         closes={r.name: _Table.of(list(r.closes)) for r in all_reasoning()},
         unopened_close=max(len(m) for m, (k, _) in kinds.items() if k == _CLOSE),
     )

@@ -39,10 +39,12 @@ call) lets the chain report a reply left empty as "empty after repair".
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 from ..context import Context
 from ..delta import Delta, take_each
+from ..formats.registry import all_reasoning
 
 #: Longest special token body (``<|reserved_special_token_250|>`` is 27).
 MAX_TOKEN: Final = 64
@@ -133,6 +135,22 @@ _ROLE = re.compile("(?:" + "|".join(_ROLES) + ")\n")
 _ROLE_MAX = max(len(r) for r in _ROLES) + 1
 _ROLE_PREFIXES = frozenset(r[:k] for r in (x + "\n" for x in _ROLES) for k in range(len(r)))
 _TRIGGER = re.compile(r"[<\[`]")
+
+
+@lru_cache(maxsize=1)
+def _channel_ends() -> dict[str, tuple[str, ...]]:
+    """The families' channel end markup (``formats.base.Reasoning.ends``,
+    Kimi K3's ``<|close|>response<|sep|>``) by its first token: stripped
+    whole, as the role line after ``<|im_start|>`` is."""
+    ends: dict[str, list[str]] = {}
+    for r in all_reasoning():
+        for e in r.ends:
+            m = _CAND.match(e)
+            if m is not None:
+                ends.setdefault(m.group(), []).append(e)
+    return {k: tuple(sorted(v, key=len, reverse=True)) for k, v in ends.items()}
+
+
 _NON_WS = re.compile(r"\S")
 
 
@@ -292,6 +310,16 @@ class ResidueStripper:
                     continue
                 kind = "special_token" if name == "s" else "wrapper_tag"
             end = m.end()
+            tails = _channel_ends().get(m.group())
+            if tails:
+                whole = next((e for e in tails if text.startswith(e, i)), None)
+                if whole is not None:
+                    end = i + len(whole)
+                    kind = "channel_markup"
+                elif not final and any(e.startswith(text[i:]) for e in tails):
+                    out.append(text[pos:i])  # undecided: hold from the token
+                    self._held = text[i:]
+                    return "".join(out)
             if m.group() == IM_START:
                 # ChatML's turn header: the role line after it is debris too.
                 rest = text[end : end + _ROLE_MAX]
