@@ -71,6 +71,17 @@ CORPUS: list[str] = [
     "```\nls -la\ncat notes.txt\n```\nThat lists the files.",
     "Inline ``` triple backticks ``` in a sentence.",
     "```html\n<tool_call>not really</tool_call>\n```",
+    # answers that explain the families' markup, in inline code and code blocks
+    "Magistral opens its reasoning with `[THINK]` and closes it with `[/THINK]`.",
+    "Harmony headers look like `<|start|>assistant<|channel|>final<|message|>`.",
+    "The analysis channel starts with `<|channel|>analysis<|message|>` and ends at `<|end|>`.",
+    "Qwen3 ends its reasoning with `</think>`; the answer follows.",
+    "Use `<think>` and `</think>` to wrap the model's thoughts.",
+    "Hermes models wrap a call in `<tool_call>` tags.",
+    "```\n<|channel|>analysis<|message|>thinking<|end|>\n```",
+    "```xml\n<think>\nplan\n</think>\n```\nThat is the layout.",
+    "```text\n[THINK]plan[/THINK]answer\n```",
+    '```\n<tool_call>\n{"name": "lookup_order", "arguments": {}}\n</tool_call>\n```',
     # text with brackets and braces mid-sentence
     "The set {a, b} and the list [c, d] and the tuple (e, f).",
     "functions.lookup_order is the fully-qualified name.",

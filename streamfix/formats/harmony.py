@@ -45,6 +45,10 @@ class Harmony(Format):
         "<|start|>assistant<|channel|>commentary to=",
         "<|start|>assistant<|channel|>analysis to=",
     )
+    #: The first message's ``<|start|>assistant`` is in the prompt, so a
+    #: reply that is a call with the recipient in the role header starts
+    #: `` to=functions.NAME<|channel|>commentary …``.
+    leading: ClassVar[tuple[str, ...]] = ("to=functions.",)
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:

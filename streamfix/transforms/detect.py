@@ -356,8 +356,11 @@ class ToolTagDetector:
         mm = scan(s)
         while mm is not None:
             i = mm.start()
-            if s[i] in _WORD and (s[i - 1] if i else self._prev) in _WORD:
+            before = s[i - 1] if i else self._prev
+            if s[i] in _WORD and before in _WORD:
                 pass  # a name marker glued to a word: not one
+            elif before == "`":
+                pass  # inline code that names the markup: text
             elif mm.group(1) in line_start and not self._at_line_start(s, i):
                 # Code calls start their line. But the text from here may
                 # still be the start of a longer marker that counts

@@ -53,6 +53,7 @@ from ..context import Context
 from ..delta import Delta, take_each
 from ..formats.base import Reasoning
 from ..formats.registry import all_reasoning
+from .codespans import CodeSpans
 
 #: How much of the start of a reply is held, at most, while it may still be
 #: an unopened reasoning section (characters; about 500 tokens). A longer
@@ -67,7 +68,6 @@ MAX_BLANK_HOLD = 256
 
 _START, _TEXT, _THINK = 0, 1, 2
 _OPEN, _CLOSE, _ANSWER = 0, 1, 2
-_TICKS = re.compile(r"`+")
 
 
 def _alternation(markers: list[str]) -> re.Pattern[str]:
@@ -160,7 +160,6 @@ class ReasoningSplitter:
         "_m",
         "_searched",
         "_state",
-        "_tick_end",
         "ctx",
     )
 
@@ -175,8 +174,7 @@ class ReasoningSplitter:
         self._family: Reasoning | None = None  # THINK: whose channel is open
         #: Drop the blanks that begin the current section (layout).
         self._lead = False
-        self._code = False  # TEXT: inside inline code or a code block
-        self._tick_end = False  # TEXT: the last text seen ended with a backtick
+        self._code = CodeSpans()  # TEXT: where inline code and code blocks are
 
     # -- the lanes -------------------------------------------------------
 
@@ -190,19 +188,13 @@ class ReasoningSplitter:
             self._to_text(lead=False)
         if self._state != _TEXT or self._held or self._lead or "<" in text:
             return False
-        if "`" in text:
-            self._note_code(text)
-        else:
-            self._tick_end = False
+        self._code.note(text)
         return True
 
     def feed_texts(self, texts: list[str], joined: str) -> int:
         """A run of texts for the lane: all, or one by one."""
         if self._state == _TEXT and not self._held and not self._lead and "<" not in joined:
-            if "`" in joined:
-                self._note_code(joined)
-            else:
-                self._tick_end = False
+            self._code.note(joined)
             return len(texts)
         return take_each(self.feed_text, texts)
 
@@ -234,10 +226,7 @@ class ReasoningSplitter:
             return
         text = text or ""
         if self._state == _TEXT and not self._held and not self._lead and "<" not in text:
-            if "`" in text:
-                self._note_code(text)
-            else:
-                self._tick_end = False
+            self._code.note(text)
             return  # the fast path: nothing to look at, same object
         content: list[str] = []
         reasoning: list[str] = []
@@ -370,43 +359,21 @@ class ReasoningSplitter:
         pos = 0
         while True:
             m = table.pattern.search(s, pos)
-            if m is None or not self._in_code(s, pos, m.start()):
+            if m is None or not self._code.inside_at(s, m.start()):
                 break
             pos = m.end()  # a marker inside code is text
         if m is not None:
-            self._note_code(s[: m.start()])
-            self._tick_end = False
+            self._code.note(s[: m.start()])
+            self._code.note(m.group())
             self._content(s[: m.start()], content)
             self._marker(m.group())
             return s[m.end() :]
         keep = 0 if final else table.partial(s)
         out = s[: len(s) - keep]
-        self._note_code(out)
+        self._code.note(out)
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
-
-    # -- code spans ------------------------------------------------------
-
-    def _runs(self, s: str) -> int:
-        """Backtick runs that start in ``s`` (one continuing from the text
-        before does not start here)."""
-        if "`" not in s:
-            return 0
-        n = len(_TICKS.findall(s))
-        return n - 1 if self._tick_end and s.startswith("`") else n
-
-    def _note_code(self, s: str) -> None:
-        if not s:
-            return
-        if self._runs(s) % 2:
-            self._code = not self._code
-        self._tick_end = s.endswith("`")
-
-    def _in_code(self, s: str, lo: int, at: int) -> bool:
-        """Whether position ``at`` of ``s`` is inside code, ``s[:lo]`` not
-        yet noted (it is noted by the caller afterwards)."""
-        return self._code != bool(self._runs(s[:at]) % 2)
 
 
 #: Kept for callers that name the generic tags.

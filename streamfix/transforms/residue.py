@@ -21,8 +21,8 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
 - **empty fences** left behind by a lifted call: a ```` ``` ```` /
   ```` ```json ```` fence with only whitespace inside.
 
-Never ordinary prose or code: nothing inside a fenced code block is
-touched, a token right after a backtick (an inline-code mention) is kept,
+Never ordinary prose or code: nothing inside a fenced code block or inline
+code is touched (``codespans``), a token right after a backtick is kept,
 and a tag that is not a known wrapper (``<div>``) is just text.
 
 Incremental and split-invariant: ``<|im_`` + ``end|>`` is still stripped.
@@ -45,6 +45,7 @@ from typing import Final
 from ..context import Context
 from ..delta import Delta, take_each
 from ..formats.registry import all_reasoning
+from .codespans import CodeSpans
 
 #: Longest special token body (``<|reserved_special_token_250|>`` is 27).
 MAX_TOKEN: Final = 64
@@ -158,6 +159,7 @@ class ResidueStripper:
     """Strips leftover markup from content (see module doc)."""
 
     __slots__ = (
+        "_code",
         "_held",
         "_in_fence",
         "_last",
@@ -172,6 +174,7 @@ class ResidueStripper:
         self.ctx = ctx
         self._held = ""  # text not yet released; starts at an undecided spot
         self._in_fence = False  # inside a fenced code block
+        self._code = CodeSpans()  # inline code (and blocks) in what went out
         self._line_head = True  # only blanks since the last newline
         self._last = ""  # the last character released
         self._opened: dict[str, int] = {}  # wrapper tags opened and kept
@@ -242,6 +245,7 @@ class ResidueStripper:
     def _released(self, text: str) -> None:
         if not text:
             return
+        self._code.note(text)
         if not self._saw_output and not text.isspace():
             self._saw_output = True
         nl = text.rfind("\n")
@@ -284,7 +288,11 @@ class ResidueStripper:
                 pos = verdict
                 self._count("empty_fence")
                 continue
-            if self._in_fence or (text[i - 1] if i else self._last) == "`":
+            if (
+                self._in_fence
+                or (text[i - 1] if i else self._last) == "`"
+                or self._code.inside_at(text, i)
+            ):
                 continue
             kind = self._kind(m)
             if kind is None:
