@@ -45,7 +45,9 @@ def finish_of(fx: Fixture) -> str:
     return "length" if fx.truncated else "stop"
 
 
-def _result(content: str | None, reasoning: str | None, calls: Sequence[tuple[str, str]]) -> ParseResult:
+def _result(
+    content: str | None, reasoning: str | None, calls: Sequence[tuple[str, str]]
+) -> ParseResult:
     return ParseResult(
         content=content or None,
         reasoning_content=reasoning or None,

@@ -328,6 +328,35 @@ CASES: list[Case] = [
         after="\n</｜DSML｜tool_calls>",
     ),
     Case(
+        "deepseek-v41-dsml-space-after-bars",
+        DSML,
+        '<｜DSML｜ calls>\n<｜DSML｜ invoke name="create_ticket">\n'
+        '<｜DSML｜ parameter name="title" string="true">  Printer on fire\n</｜DSML｜ parameter>\n'
+        '<｜DSML｜ parameter name="priority" string="false">1</｜DSML｜ parameter>\n'
+        "</｜DSML｜ invoke>\n</｜DSML｜ calls>",
+        [("create_ticket", {"title": "  Printer on fire\n", "priority": 1})],
+    ),
+    Case(
+        "deepseek-v4-self-closing-invoke",
+        DSML,
+        '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="refresh_cache"/>\n'
+        '<｜DSML｜invoke name="lookup_order">\n<｜DSML｜parameter name="order_id" string="true">F-6</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-v41-marker-in-value",
+        DSML,
+        '<｜DSML｜ calls><｜DSML｜ invoke name="lookup_order"><｜DSML｜ parameter name="order_id" string="true">'
+        'Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls></｜DSML｜ parameter></｜DSML｜ invoke></｜DSML｜ calls>',
+        [
+            (
+                "lookup_order",
+                {"order_id": 'Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls>'},
+            )
+        ],
+    ),
+    Case(
         "olmo3-function-calls-lines",
         DSML,
         '<function_calls>\nlookup_order(order_id="F-6")\nrefresh_cache()\n</function_calls>',

@@ -170,6 +170,22 @@ def test_cut_off_call_is_neither_call_nor_text(text: str) -> None:
     assert report.truncated_call
 
 
+@pytest.mark.parametrize("space", ["", " "])
+def test_dsml_section_cut_in_second_call_keeps_the_first(space: str) -> None:
+    """DeepSeek V3.2 / V4 / V4.1 at the token limit inside a section's second
+    invoke: the first invoke closed before the cut and is a whole call."""
+    b = f"｜DSML｜{space}"
+    text = (
+        f'<{b}calls>\n<{b}invoke name="lookup_order">\n'
+        f'<{b}parameter name="order_id" string="true">F-6</{b}parameter>\n</{b}invoke>\n'
+        f'<{b}invoke name="create_ticket">\n<{b}parameter name="title"'
+    )
+    got = check_split_invariant(text, finish="length")
+    assert got == ("", "", [("lookup_order", {"order_id": "F-6"})], "tool_calls")
+    cut_first = text.split("F-6")[0] + "F"
+    assert check_split_invariant(cut_first, finish="length") == ("", "", [], "length")
+
+
 def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
     text = 'Ok.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
     a, report = run_pieces([text])
