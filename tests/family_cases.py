@@ -347,12 +347,12 @@ CASES: list[Case] = [
     Case(
         "deepseek-v41-marker-in-value",
         DSML,
-        '<｜DSML｜ calls><｜DSML｜ invoke name="lookup_order"><｜DSML｜ parameter name="order_id" string="true">'
+        '<｜DSML｜ calls><｜DSML｜ invoke name="lookup_order"><｜DSML｜ parameter name="order_id" string="true">F-6: '
         'Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls></｜DSML｜ parameter></｜DSML｜ invoke></｜DSML｜ calls>',
         [
             (
                 "lookup_order",
-                {"order_id": 'Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls>'},
+                {"order_id": 'F-6: Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls>'},
             )
         ],
     ),
@@ -439,6 +439,38 @@ CASES: list[Case] = [
         "<tool_call>lookup_order<arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
         [("lookup_order", LO)],
         after="<tool_call>refresh_cache</tool_call>",
+    ),
+    Case(
+        "glm-markers-inside-a-value",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer: wrap it in <tool_call> and "
+        "</tool_call>; keys go in <arg_key>.</arg_value></tool_call>",
+        [
+            (
+                "create_ticket",
+                {
+                    "title": "Printer: wrap it in <tool_call> and </tool_call>; keys go in <arg_key>."
+                },
+            )
+        ],
+    ),
+    Case(
+        "glm47-blanks-in-a-value-are-data",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>  Printer  on fire\n</arg_value></tool_call>",
+        [("create_ticket", {"title": "  Printer  on fire\n"})],
+    ),
+    Case(
+        "glm47-last-arg-value-close-lost",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer on fire</arg_value>"
+        "<arg_key>priority</arg_key><arg_value>1</tool_call>",
+        [("create_ticket", CT)],
+        after="\n<tool_call>refresh_cache</tool_call>",
+        end=len(
+            "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer on fire</arg_value>"
+            "<arg_key>priority</arg_key><arg_value>1</tool_call>\n"
+        ),
     ),
     Case("glm-no-args", GL, "<tool_call>refresh_cache</tool_call>", [("refresh_cache", {})]),
     Case(

@@ -186,6 +186,13 @@ def test_dsml_section_cut_in_second_call_keeps_the_first(space: str) -> None:
     assert check_split_invariant(cut_first, finish="length") == ("", "", [], "length")
 
 
+def test_glm_call_cut_before_its_close_is_not_a_call() -> None:
+    """GLM 4.7 at the token limit after a value but before ``</tool_call>``:
+    another argument may have followed, so the call is cut off."""
+    text = "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>x</arg_value>"
+    assert check_split_invariant(text, finish="length") == ("", "", [], "length")
+
+
 def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
     text = 'Ok.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
     a, report = run_pieces([text])
