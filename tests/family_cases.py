@@ -374,6 +374,35 @@ CASES: list[Case] = [
         [("functions.lookup_order", LO)],
     ),
     Case(
+        "kimi-k2-noise-between-markers-is-dropped",
+        KI,
+        "<|tool_calls_section_begin|> spurious noise <|tool_call_begin|>functions.lookup_order:0 "
+        '<|tool_call_argument_begin|>{"order_id": "F-6"} <|tool_call_end|> more <|tool_calls_section_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-k26-markers-inside-a-json-string",
+        KI,
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.create_ticket:0<|tool_call_argument_begin|>"
+        '{"title": "Printer: stop at <|tool_call_end|><|tool_calls_section_end|> \\"ok\\"", "priority": 1}'
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        [
+            (
+                "functions.create_ticket",
+                {
+                    "title": 'Printer: stop at <|tool_call_end|><|tool_calls_section_end|> "ok"',
+                    "priority": 1,
+                },
+            )
+        ],
+    ),
+    Case(
+        "kimi-k2-bare-call-end-token-inside-a-string",
+        KI,
+        '<|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6 <|tool_call_end|>"}<|tool_call_end|>',
+        [("functions.lookup_order", {"order_id": "F-6 <|tool_call_end|>"})],
+    ),
+    Case(
         "kimi-k2-two-calls-spaces",
         KI,
         '<|tool_calls_section_begin|>\n<|tool_call_begin|> functions.create_ticket:0 <|tool_call_argument_begin|> {"title": "Printer on fire", "priority": 1} <|tool_call_end|>\n'
@@ -419,6 +448,13 @@ CASES: list[Case] = [
         '<|open|>argument key="priority" type="integer"<|sep|>1<|close|>argument<|sep|>'
         '<|close|>call<|sep|>\n<|open|>call tool="refresh_cache" index="2"<|sep|><|close|>call<|sep|>\n<|close|>tools<|sep|>',
         [("create_ticket", CT), ("refresh_cache", {})],
+    ),
+    Case(
+        "kimi-k3-argument-close-text-inside-a-value",
+        K3,
+        '<|open|>call tool="lookup_order" index="1"<|sep|><|open|>argument key="order_id" type="string"<|sep|>'
+        "<|close|>argument<|sep|> is how F-6 ends<|close|>argument<|sep|><|close|>call<|sep|>",
+        [("lookup_order", {"order_id": "<|close|>argument<|sep|> is how F-6 ends"})],
     ),
     Case(
         "kimi-k3-bare-call",
@@ -640,6 +676,21 @@ CASES: list[Case] = [
         [("create_ticket", {"priority": 1, "title": "Printer on fire"})],
     ),
     Case(
+        "gemma4-markers-inside-a-string",
+        G4,
+        '<|tool_call>call:create_ticket{priority:1,title:<|"|>Printer: write <|tool_call>call:f{}<tool_call|> '
+        'and <channel|>.<|"|>}<tool_call|>',
+        [
+            (
+                "create_ticket",
+                {
+                    "priority": 1,
+                    "title": "Printer: write <|tool_call>call:f{}<tool_call|> and <channel|>.",
+                },
+            )
+        ],
+    ),
+    Case(
         "gemma4-nested-and-punctuation",
         G4,
         '<|tool_call>call:create_ticket{title:<|"|>a, b: {c} [d]<|"|>,priority:2,tags:[<|"|>x<|"|>,<|"|>y<|"|>],meta:{urgent:true,ratio:0.5}}<tool_call|>',
@@ -825,10 +876,6 @@ MARKUP: list[tuple[Format, str]] = [
     (DSI, '<｜DSML｜invoke name="lookup_order"> is how it starts'),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
     (KI, "<|tool_calls_section_begin|>I will call the tool now.<|tool_calls_section_end|>"),
-    (
-        KI,
-        "<|tool_calls_section_begin|>stray<|tool_call_begin|>f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
-    ),
     (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
     (GL, "<tool_call>unknown_toolkey</arg_key><arg_value>1</arg_value></tool_call>"),
     (K3, "<|open|>tools<|sep|>nothing<|close|>tools<|sep|>"),
