@@ -3,7 +3,13 @@
 Each is fed a region's text piece by piece and never rescans what it has
 seen: ``UntilMarker`` keeps only ``len(close) - 1`` characters of overlap;
 ``Balanced`` keeps its string/escape/depth state between pieces and skips
-to the next interesting character with a compiled regex (C speed).
+to the next interesting character with a compiled regex (C speed);
+``Structural`` runs a small table of states (outside a value, inside a JSON
+string, inside an XML value, just after a closing tag) so that a closing
+token written inside a value is data, as the engines' structural parsers
+read it (vLLM ``qwen3coder_tool_parser.py``; canitoolcall's
+``marker-in-arguments`` fixtures). ``TOOL_CALL_TABLE`` is the shared end
+rule of ``<tool_call>`` regions.
 """
 
 from __future__ import annotations
