@@ -211,15 +211,45 @@ def coerce(args: dict[str, Any], schema: dict[str, Any]) -> tuple[dict[str, Any]
     return (out, True) if changed else (args, False)
 
 
+def schema_types(prop: dict[str, Any]) -> frozenset[str]:
+    """The JSON types a parameter's schema admits: its ``type`` (a name or a
+    list), the types of its ``anyOf``/``oneOf`` branches (how Pydantic
+    writes ``Optional[int]``), and ``null`` for ``nullable: true`` (OpenAPI).
+    Empty when the schema names none (anything goes)."""
+    out: set[str] = set()
+    typ = prop.get("type")
+    for t in typ if isinstance(typ, list) else [typ]:
+        if isinstance(t, str):
+            out.add(t)
+    for key in ("anyOf", "oneOf"):
+        branches = prop.get(key)
+        if isinstance(branches, list):
+            for b in branches:
+                if isinstance(b, dict):
+                    out |= schema_types(b)
+    if prop.get("nullable") is True:
+        out.add("null")
+    return frozenset(out)
+
+
 def convert_value(value: Any, prop: dict[str, Any]) -> Any:
     """One value converted to the schema's type when the reading is certain;
-    the same object back otherwise."""
-    typ = prop.get("type")
-    types = typ if isinstance(typ, list) else [typ]
+    the same object back otherwise. Text as XML-style formats hand it over:
+    ``null`` (or Python's ``None``) is null for a parameter that admits null,
+    even a string one (vLLM ``qwen3coder_tool_parser.py`` does the same: the
+    templates write a null argument as that word); else a parameter that
+    admits a string keeps its text, even text that looks like JSON; else
+    the first type the text reads as exactly (integer, number, boolean,
+    array, object)."""
+    types = schema_types(prop)
     if isinstance(value, str):
-        if "string" in types or typ is None:
-            return value
         v = value.strip()
+        # A string parameter's text is null only as the exact spellings.
+        nulls = ("null", "None") if "string" in types else ("null", "none")
+        if "null" in types and (v if "string" in types else v.lower()) in nulls:
+            return None
+        if "string" in types or not types:
+            return value
         if "integer" in types and re.fullmatch(r"-?\d+", v):
             return int(v)
         if "number" in types and re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", v):
@@ -227,8 +257,6 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
             return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
         if "boolean" in types and v.lower() in ("true", "false"):
             return v.lower() == "true"
-        if "null" in types and v.lower() in ("null", "none"):
-            return None
         if ("object" in types and v.startswith("{")) or ("array" in types and v.startswith("[")):
             try:
                 parsed = orjson.loads(v)
@@ -239,7 +267,7 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
         return value
     if isinstance(value, bool):
         return value
-    if isinstance(value, (int, float)) and "string" in types and len(types) == 1:
+    if isinstance(value, (int, float)) and types == {"string"}:
         return str(value)
     if isinstance(value, float) and "integer" in types and value.is_integer():
         return int(value)

@@ -328,6 +328,35 @@ CASES: list[Case] = [
         after="\n</｜DSML｜tool_calls>",
     ),
     Case(
+        "deepseek-v41-dsml-space-after-bars",
+        DSML,
+        '<｜DSML｜ calls>\n<｜DSML｜ invoke name="create_ticket">\n'
+        '<｜DSML｜ parameter name="title" string="true">  Printer on fire\n</｜DSML｜ parameter>\n'
+        '<｜DSML｜ parameter name="priority" string="false">1</｜DSML｜ parameter>\n'
+        "</｜DSML｜ invoke>\n</｜DSML｜ calls>",
+        [("create_ticket", {"title": "  Printer on fire\n", "priority": 1})],
+    ),
+    Case(
+        "deepseek-v4-self-closing-invoke",
+        DSML,
+        '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="refresh_cache"/>\n'
+        '<｜DSML｜invoke name="lookup_order">\n<｜DSML｜parameter name="order_id" string="true">F-6</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    Case(
+        "deepseek-v41-marker-in-value",
+        DSML,
+        '<｜DSML｜ calls><｜DSML｜ invoke name="lookup_order"><｜DSML｜ parameter name="order_id" string="true">F-6: '
+        'Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls></｜DSML｜ parameter></｜DSML｜ invoke></｜DSML｜ calls>',
+        [
+            (
+                "lookup_order",
+                {"order_id": 'F-6: Write <｜DSML｜ invoke name="x"> inside <｜DSML｜ calls>'},
+            )
+        ],
+    ),
+    Case(
         "olmo3-function-calls-lines",
         DSML,
         '<function_calls>\nlookup_order(order_id="F-6")\nrefresh_cache()\n</function_calls>',
@@ -343,6 +372,35 @@ CASES: list[Case] = [
         KI,
         '<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6"}<|tool_call_end|><|tool_calls_section_end|>',
         [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-k2-noise-between-markers-is-dropped",
+        KI,
+        "<|tool_calls_section_begin|> spurious noise <|tool_call_begin|>functions.lookup_order:0 "
+        '<|tool_call_argument_begin|>{"order_id": "F-6"} <|tool_call_end|> more <|tool_calls_section_end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        "kimi-k26-markers-inside-a-json-string",
+        KI,
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.create_ticket:0<|tool_call_argument_begin|>"
+        '{"title": "Printer: stop at <|tool_call_end|><|tool_calls_section_end|> \\"ok\\"", "priority": 1}'
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        [
+            (
+                "functions.create_ticket",
+                {
+                    "title": 'Printer: stop at <|tool_call_end|><|tool_calls_section_end|> "ok"',
+                    "priority": 1,
+                },
+            )
+        ],
+    ),
+    Case(
+        "kimi-k2-bare-call-end-token-inside-a-string",
+        KI,
+        '<|tool_call_begin|>functions.lookup_order:0<|tool_call_argument_begin|>{"order_id": "F-6 <|tool_call_end|>"}<|tool_call_end|>',
+        [("functions.lookup_order", {"order_id": "F-6 <|tool_call_end|>"})],
     ),
     Case(
         "kimi-k2-two-calls-spaces",
@@ -392,6 +450,13 @@ CASES: list[Case] = [
         [("create_ticket", CT), ("refresh_cache", {})],
     ),
     Case(
+        "kimi-k3-argument-close-text-inside-a-value",
+        K3,
+        '<|open|>call tool="lookup_order" index="1"<|sep|><|open|>argument key="order_id" type="string"<|sep|>'
+        "<|close|>argument<|sep|> is how F-6 ends<|close|>argument<|sep|><|close|>call<|sep|>",
+        [("lookup_order", {"order_id": "<|close|>argument<|sep|> is how F-6 ends"})],
+    ),
+    Case(
         "kimi-k3-bare-call",
         K3,
         '<|open|>call tool="lookup_order" index="1"<|sep|><|open|>argument key="order_id" type="string"<|sep|>F-6<|close|>argument<|sep|><|close|>call<|sep|>',
@@ -410,6 +475,38 @@ CASES: list[Case] = [
         "<tool_call>lookup_order<arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
         [("lookup_order", LO)],
         after="<tool_call>refresh_cache</tool_call>",
+    ),
+    Case(
+        "glm-markers-inside-a-value",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer: wrap it in <tool_call> and "
+        "</tool_call>; keys go in <arg_key>.</arg_value></tool_call>",
+        [
+            (
+                "create_ticket",
+                {
+                    "title": "Printer: wrap it in <tool_call> and </tool_call>; keys go in <arg_key>."
+                },
+            )
+        ],
+    ),
+    Case(
+        "glm47-blanks-in-a-value-are-data",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>  Printer  on fire\n</arg_value></tool_call>",
+        [("create_ticket", {"title": "  Printer  on fire\n"})],
+    ),
+    Case(
+        "glm47-last-arg-value-close-lost",
+        GL,
+        "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer on fire</arg_value>"
+        "<arg_key>priority</arg_key><arg_value>1</tool_call>",
+        [("create_ticket", CT)],
+        after="\n<tool_call>refresh_cache</tool_call>",
+        end=len(
+            "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>Printer on fire</arg_value>"
+            "<arg_key>priority</arg_key><arg_value>1</tool_call>\n"
+        ),
     ),
     Case("glm-no-args", GL, "<tool_call>refresh_cache</tool_call>", [("refresh_cache", {})]),
     Case(
@@ -577,6 +674,21 @@ CASES: list[Case] = [
         G4,
         '<|tool_call>call:create_ticket{priority:1,title:<|"|>Printer on fire<|"|>}<tool_call|>',
         [("create_ticket", {"priority": 1, "title": "Printer on fire"})],
+    ),
+    Case(
+        "gemma4-markers-inside-a-string",
+        G4,
+        '<|tool_call>call:create_ticket{priority:1,title:<|"|>Printer: write <|tool_call>call:f{}<tool_call|> '
+        'and <channel|>.<|"|>}<tool_call|>',
+        [
+            (
+                "create_ticket",
+                {
+                    "priority": 1,
+                    "title": "Printer: write <|tool_call>call:f{}<tool_call|> and <channel|>.",
+                },
+            )
+        ],
     ),
     Case(
         "gemma4-nested-and-punctuation",
@@ -764,10 +876,6 @@ MARKUP: list[tuple[Format, str]] = [
     (DSI, '<｜DSML｜invoke name="lookup_order"> is how it starts'),
     (KI, "<|tool_calls_section_begin|><|tool_calls_section_end|>"),
     (KI, "<|tool_calls_section_begin|>I will call the tool now.<|tool_calls_section_end|>"),
-    (
-        KI,
-        "<|tool_calls_section_begin|>stray<|tool_call_begin|>f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
-    ),
     (GL, "<tool_call>I am not sure which tool to use.</tool_call>"),
     (GL, "<tool_call>unknown_toolkey</arg_key><arg_value>1</arg_value></tool_call>"),
     (K3, "<|open|>tools<|sep|>nothing<|close|>tools<|sep|>"),

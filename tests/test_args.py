@@ -13,6 +13,7 @@ from streamfix.args import (
     parse_call_args,
     parse_object,
     parse_value,
+    schema_types,
     to_object,
     validate,
 )
@@ -101,6 +102,61 @@ def test_to_object(raw: Any, expected: tuple[Any, bool]) -> None:
 )
 def test_coerce(args: dict[str, Any], expected: dict[str, Any]) -> None:
     assert coerce(args, SCHEMA)[0] == expected
+
+
+#: Nullable and union schemas as Pydantic v2 and OpenAPI write them.
+UNIONS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "label": {"type": ["string", "null"]},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "memo": {"type": "string", "nullable": True},
+        "count": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "limit": {"type": ["integer", "null"]},
+        "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "meta": {"oneOf": [{"type": "object"}, {"type": "null"}]},
+        "either": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        "title": {"type": "string"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"label": "null"}, {"label": None}),
+        ({"label": "None"}, {"label": None}),
+        ({"label": "none of these"}, {"label": "none of these"}),
+        ({"label": "none"}, {"label": "none"}),
+        ({"note": "null"}, {"note": None}),
+        ({"memo": "null"}, {"memo": None}),
+        ({"count": "5"}, {"count": 5}),
+        ({"count": "null"}, {"count": None}),
+        ({"limit": "42"}, {"limit": 42}),
+        ({"limit": "NULL"}, {"limit": None}),
+        ({"tags": '["a", "b"]'}, {"tags": ["a", "b"]}),
+        ({"meta": '{"key": "value"}'}, {"meta": {"key": "value"}}),
+        ({"either": "some text"}, {"either": "some text"}),
+        ({"either": "5"}, {"either": "5"}),
+        ({"either": 5}, {"either": 5}),
+        ({"title": "null"}, {"title": "null"}),
+        ({"title": '["looks", "like", "json"]'}, {"title": '["looks", "like", "json"]'}),
+    ],
+)
+def test_coerce_nullable_and_unions(args: dict[str, Any], expected: dict[str, Any]) -> None:
+    """``null`` is null where the schema admits it; a union converts to the
+    first of its types the text reads as exactly; a string stays a string."""
+    assert coerce(args, UNIONS)[0] == expected
+
+
+def test_schema_types() -> None:
+    assert schema_types({"type": ["integer", "null"]}) == {"integer", "null"}
+    assert schema_types({"anyOf": [{"type": "array"}, {"oneOf": [{"type": "null"}]}]}) == {
+        "array",
+        "null",
+    }
+    assert schema_types({"type": "string", "nullable": True}) == {"string", "null"}
+    assert schema_types({"description": "anything"}) == frozenset()
 
 
 @pytest.mark.parametrize(

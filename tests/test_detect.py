@@ -171,6 +171,29 @@ def test_cut_off_call_is_neither_call_nor_text(text: str) -> None:
     assert report.truncated_call
 
 
+@pytest.mark.parametrize("space", ["", " "])
+def test_dsml_section_cut_in_second_call_keeps_the_first(space: str) -> None:
+    """DeepSeek V3.2 / V4 / V4.1 at the token limit inside a section's second
+    invoke: the first invoke closed before the cut and is a whole call."""
+    b = f"｜DSML｜{space}"
+    text = (
+        f'<{b}calls>\n<{b}invoke name="lookup_order">\n'
+        f'<{b}parameter name="order_id" string="true">F-6</{b}parameter>\n</{b}invoke>\n'
+        f'<{b}invoke name="create_ticket">\n<{b}parameter name="title"'
+    )
+    got = check_split_invariant(text, finish="length")
+    assert got == ("", "", [("lookup_order", {"order_id": "F-6"})], "tool_calls")
+    cut_first = text.split("F-6")[0] + "F"
+    assert check_split_invariant(cut_first, finish="length") == ("", "", [], "length")
+
+
+def test_glm_call_cut_before_its_close_is_not_a_call() -> None:
+    """GLM 4.7 at the token limit after a value but before ``</tool_call>``:
+    another argument may have followed, so the call is cut off."""
+    text = "<tool_call>create_ticket<arg_key>title</arg_key><arg_value>x</arg_value>"
+    assert check_split_invariant(text, finish="length") == ("", "", [], "length")
+
+
 def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
     text = 'Ok.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
     a, report = run_pieces([text])

@@ -126,6 +126,20 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "",
         [("lookup_order", LO)],
     ),
+    (
+        "hermes-close-tag-inside-a-json-string",
+        '<tool_call>\n{"name": "create_ticket", "arguments": {"title": "Use <tool_call> and '
+        '</tool_call> tags", "priority": 1}}\n</tool_call>',
+        "",
+        [("create_ticket", {"title": "Use <tool_call> and </tool_call> tags", "priority": 1})],
+    ),
+    (
+        "hermes-unclosed-string-ends-at-a-close-on-its-own-line",
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001}}\n</tool_call>'
+        " Next.",
+        " Next.",
+        [],
+    ),
     # --- XML function syntax
     (
         "qwen-xml",
@@ -153,6 +167,30 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "<parameter=order_id>\nA-1001\n</parameter>\n</function>\n</tool_call>",
         "",
         [("refresh_cache", {}), ("lookup_order", LO)],
+    ),
+    (
+        "qwen-xml-closing-tags-inside-a-value",
+        "<tool_call>\n<function=create_ticket>\n<parameter=title>\nClose with </parameter>, "
+        "</function> then </tool_call>; open with <parameter=x>.\n</parameter>\n"
+        "<parameter=priority>\n2\n</parameter>\n</function>\n</tool_call> Done.",
+        " Done.",
+        [
+            (
+                "create_ticket",
+                {
+                    "title": "Close with </parameter>, </function> then </tool_call>; "
+                    "open with <parameter=x>.",
+                    "priority": 2,
+                },
+            )
+        ],
+    ),
+    (
+        "qwen-xml-bare-function-close-inside-a-value",
+        "<function=create_ticket>\n<parameter=title>\nend it with </function>\n</parameter>\n"
+        "</function> Done.",
+        " Done.",
+        [("create_ticket", {"title": "end it with </function>"})],
     ),
     # --- bare JSON
     (

@@ -174,3 +174,30 @@ def test_unclosed_elements_parse_in_linear_time(fmt: Format, region: str) -> Non
     t0 = time.perf_counter()
     assert fmt.parse(region, TOOLS) is None
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_typed_value_keeps_text_for_a_nullable_string() -> None:
+    """GLM / DSML / Step values: a parameter whose schema admits a string
+    (``anyOf`` with null, as Pydantic writes ``Optional[str]``) keeps its
+    text; only other parameters are read as JSON."""
+    tools = tools_of(
+        {
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                                "n": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                            },
+                        },
+                    },
+                }
+            ]
+        }
+    )
+    assert _family.typed_value("5", tools, "f", "note") == "5"
+    assert _family.typed_value("5", tools, "f", "n") == 5

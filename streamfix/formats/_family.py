@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..args import schema_types
 from ..context import ToolSpec
 from .base import ABORT, Format, RawCall
 from .scan import Balanced, end_of_first
@@ -348,9 +349,7 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
     unless the offered tool's schema says the parameter is a string; text
     that is not JSON stays text (``args.py`` converts it by schema later)."""
     prop = _prop(tools, name, key)
-    typ = prop.get("type") if prop else None
-    types = typ if isinstance(typ, list) else [typ]
-    if "string" in types:
+    if prop is not None and "string" in schema_types(prop):
         return raw
     try:
         return orjson.loads(raw)

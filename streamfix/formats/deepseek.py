@@ -18,7 +18,16 @@ LINE ``｜`` and LOWER ONE EIGHTH BLOCK ``▁``):
   ``deepseekv32_detector.py`` / ``deepseekv4_detector.py``, which also accept
   the tags without ``｜DSML｜`` and mixed). The bare ``<function_calls>``
   wrapper is shared with Olmo 3, whose body is one ``f(x=1)`` call per line
-  (vLLM ``olmo3_tool_parser.py``): parsed here too.
+  (vLLM ``olmo3_tool_parser.py``): parsed here too. V4.1 puts a space after
+  the bars and names the wrapper ``calls``: ``<｜DSML｜ calls><｜DSML｜ invoke
+  name="NAME"><｜DSML｜ parameter name="k" string="true">v</｜DSML｜ parameter>…``
+  (vLLM ``deepseekv41_engine_tool_parser.py`` and its engine tests); every
+  spelling is accepted with every wrapper name. SGLang's V4 tests show a
+  self-closing ``<｜DSML｜invoke name="x"/>`` for a call without arguments.
+  A ``string="true"`` value is the text between the tags exactly (the
+  encoder adds no layout around it: a trailing newline is data).
+  A section cut off by the token limit inside its second call keeps the
+  calls whose invoke closed before the cut (only those are whole).
 - StepFun Step-3 uses the DeepSeek tokens (``<｜tool_calls_begin｜>`` spelling)
   around steptml XML: ``<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke
   name="NAME"><steptml:parameter name="k">v</steptml:parameter></steptml:invoke>``
@@ -125,23 +134,23 @@ class ToolCalls(Format):
 #: bar, doubled, the double vertical line and ASCII (GenericAgent issue
 #: #804 counts hundreds of leaked ``<‖DSML‖…>`` and ``<｜｜DSML｜｜…>``).
 DSML_BARS = ("｜", "｜｜", "‖", "|")
-_DS = "(?:(?:｜｜|｜|‖|\\|)DSML(?:｜｜|｜|‖|\\|))?"
-DSML_OPEN = (
-    *(f"<{b}DSML{b}{w}>" for b in DSML_BARS for w in ("function_calls", "tool_calls")),
-    "<function_calls>",
-)
-DSML_CLOSE = (
-    *(f"</{b}DSML{b}{w}>" for b in DSML_BARS for w in ("function_calls", "tool_calls")),
-    "</function_calls>",
-)
+_DS = "(?:(?:｜｜|｜|‖|\\|)DSML(?:｜｜|｜|‖|\\|) ?)?"
+_WRAPPERS = ("function_calls", "tool_calls", "calls")
+#: V4.1 writes a space after the bars (``<｜DSML｜ invoke``).
+_PREFIXES = tuple(f"{b}DSML{b}{sp}" for b in DSML_BARS for sp in ("", " "))
+DSML_OPEN = (*(f"<{p}{w}>" for p in _PREFIXES for w in _WRAPPERS), "<function_calls>")
+DSML_CLOSE = (*(f"</{p}{w}>" for p in _PREFIXES for w in _WRAPPERS), "</function_calls>")
 #: An invoke without its section wrapper (V4 at long context, vLLM issue
 #: #48931; SGLang issue #40236): a region of its own, up to its close tag.
-DSML_INVOKE = tuple(f"<{b}DSML{b}invoke " for b in DSML_BARS)
-DSML_INVOKE_CLOSE = tuple(f"</{b}DSML{b}invoke>" for b in DSML_BARS)
+DSML_INVOKE = tuple(f"<{p}invoke " for p in _PREFIXES)
+DSML_INVOKE_CLOSE = tuple(f"</{p}invoke>" for p in _PREFIXES)
 
 _INVOKE = re.compile(
     rf'<{_DS}invoke\s+name\s*=\s*"([^"]+)"\s*>(.*?)(?:</{_DS}invoke>|\Z)', re.DOTALL
 )
+_SELF_CLOSING = re.compile(rf'(<{_DS}invoke\s+name\s*=\s*"[^"]+"\s*)/>')
+#: Where an invoke ends: its close tag, or the end of a self-closing one.
+_INVOKE_END = re.compile(rf'</{_DS}invoke>|<{_DS}invoke\s+name\s*=\s*"[^"]+"\s*/>')
 _PARAM = re.compile(
     rf'<{_DS}parameter\s+name\s*=\s*"([^"]+)"(?:\s+string\s*=\s*"(\w+)")?\s*>'
     rf"(.*?)</{_DS}parameter>",
@@ -150,12 +159,28 @@ _PARAM = re.compile(
 
 
 def _dsml_value(m: re.Match[str], name: str) -> Any:
+    if m.group(2) == "true":
+        return m.group(3)
     raw = strip_value(m.group(3))
     if m.group(2) == "false":
         value = loads(raw)
         if value is not None or raw.strip() == "null":
             return value
     return raw
+
+
+def _whole_invokes(body: str) -> str:
+    """``body`` (a section whose close never came) up to the end of its last
+    whole invoke: an invoke the cut fell inside is not a call."""
+    end = 0
+    for m in _INVOKE_END.finditer(body):
+        end = m.end()
+    return body[:end]
+
+
+def _dsml_calls(body: str, closes: tuple[str, ...] = ()) -> list[RawCall] | None:
+    body = _SELF_CLOSING.sub(lambda m: m.group(1) + "></｜DSML｜invoke>", body)
+    return xml_calls(body, _INVOKE, _PARAM, _dsml_value, closes)
 
 
 _LEAD = r"\s*(?:[A-Za-z_][\w.]*)?"
@@ -185,7 +210,9 @@ class Dsml(Format):
             return None
         body = region[len(opener) :]
         if "invoke" in body:
-            return xml_calls(body, _INVOKE, _PARAM, _dsml_value, DSML_CLOSE)
+            if not body.rstrip().endswith(DSML_CLOSE):
+                body = _whole_invokes(body)
+            return _dsml_calls(body, DSML_CLOSE)
         if opener == "<function_calls>":
             for close in DSML_CLOSE:
                 body = body.replace(close, "")
@@ -207,7 +234,7 @@ class DsmlInvoke(Format):
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.rstrip().endswith(DSML_INVOKE_CLOSE):
             return None
-        return xml_calls(region, _INVOKE, _PARAM, _dsml_value)
+        return _dsml_calls(region)
 
 
 FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]

@@ -8,6 +8,10 @@
   ``<start_function_call>call:NAME{key:<escape>text<escape>}<end_function_call>``
   (vLLM ``functiongemma_tool_parser.py``; Google's model card).
 
+Inside a ``<|"|>…<|"|>`` (``<escape>…<escape>``) string the call and channel
+tokens are text (Gemma 4's template writes them there; the tokenizer maps
+them to the marker tokens): the region's end is looked for outside strings.
+
 Gemma 4 sometimes drifts to ``key='value'`` / ``key="value"`` (Ollama issue
 #17882): ``=`` after a key and quoted strings are read too.
 
@@ -25,7 +29,7 @@ import orjson
 
 from ..context import ToolSpec
 from .base import EndFinder, Format, RawCall, Reasoning
-from .scan import UntilMarker
+from .scan import END, Peek, Structural, literal
 
 G4_OPEN, G4_CLOSE, G4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 FG_OPEN, FG_CLOSE, FG_QUOTE = "<start_function_call>", "<end_function_call>", "<escape>"
@@ -174,7 +178,13 @@ class _GemmaTokens(Format):
     quote: ClassVar[str]
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(self.close, skip=len(marker))
+        # A close token inside a quoted string is text (the tokenizer
+        # writes the marker token there too).
+        table: dict[str, list[tuple[str, str]] | Peek] = {
+            "out": [(literal(self.quote), "str"), (literal(self.close), END)],
+            "str": [(literal(self.quote), "out")],
+        }
+        return Structural(len(marker), "out", table)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(self.open):

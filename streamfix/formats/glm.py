@@ -6,6 +6,7 @@ GLM 4.7 drops the newlines (``<tool_call>NAME<arg_key>k</arg_key><arg_value>v…
 a tool without arguments is ``<tool_call>NAME</tool_call>``. The chat
 template writes string values raw and other values as JSON (``tojson``),
 so a value is JSON-decoded unless the tool's schema says it is a string
+(the template puts no layout inside ``<arg_value>``: blanks there are data)
 (vLLM ``tool_parsers/glm4_moe_tool_parser.py`` / ``glm47_moe_tool_parser.py``,
 SGLang ``glm4_moe_detector.py`` / ``glm47_moe_detector.py``). Older GLM-4
 fine-tunes write ``NAME\\n{json}`` in the same tags; also parsed here.
@@ -17,8 +18,14 @@ arguments (fireworks python-sdk #119), the opening ``<arg_key>`` lost so
 that the name and the first key run together (``NAMEkey</arg_key>``, vLLM
 PR #47190; split only at an offered tool's name).
 
+A ``</tool_call>`` or ``<arg_key>`` inside a value is data (the tokenizer
+writes the marker tokens there too): the end rule knows it is in a value
+(``scan.TOOL_CALL_TABLE``). A value whose ``</arg_value>`` was lost before
+``</tool_call>`` is kept (vLLM issue #57826). At the token limit, a call
+whose ``</tool_call>`` never came is not whole.
+
 ``<tool_call>`` is shared with the core Hermes JSON and Qwen3-Coder XML
-formats: this one uses the same end rule (``</tool_call>``) and returns
+formats: this one uses the same end rule (``scan.tool_call_end``) and returns
 None for their bodies (JSON, ``<function=…>``), so the registry tries each
 parser in turn.
 """
@@ -33,7 +40,7 @@ from typing import Any, ClassVar
 from ..context import ToolSpec
 from ._family import contiguous, strip_value, typed_value
 from .base import EndFinder, Format, RawCall
-from .scan import UntilMarker
+from .scan import tool_call_end
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -44,11 +51,17 @@ _HEAD = re.compile(r"\s*([^\s<>{}\[\]()\"',]+)\s*(.*)\Z", re.DOTALL)
 
 
 def kv_calls(
-    body: str, tools: Mapping[str, ToolSpec], key: str = "arg_key", value: str = "arg_value"
+    body: str,
+    tools: Mapping[str, ToolSpec],
+    key: str = "arg_key",
+    value: str = "arg_value",
+    exact: bool = False,
 ) -> list[RawCall] | None:
     """``NAME`` then ``<key>k</key><value>v</value>`` pairs (or a JSON object,
     or nothing): the one call in a GLM-style body, or None. Repairs the
-    slips users reported (see the module docstring)."""
+    slips users reported (see the module docstring). ``exact``: a value is
+    the text between its tags exactly (else one newline each side is
+    layout)."""
     m = _HEAD.match(body)
     if m is None:
         return None
@@ -70,7 +83,7 @@ def kv_calls(
     for p in pairs:
         k = p.group(1).strip()
         raw = p.group(2) if p.group(2) is not None else p.group(3)
-        args[k] = typed_value(strip_value(raw), tools, name, k)
+        args[k] = typed_value(raw if exact else strip_value(raw), tools, name, k)
     return [RawCall(name, args)]
 
 
@@ -107,14 +120,22 @@ class Glm(Format):
     priority: ClassVar[int] = 120
 
     def end_finder(self, marker: str) -> EndFinder:
-        return UntilMarker(CLOSE, skip=len(marker))
+        return tool_call_end(len(marker))
+
+    def is_complete(self, region: str) -> bool:
+        # At the token limit a call is whole only once ``</tool_call>``
+        # came: before it, another argument may have followed.
+        return region.rstrip().endswith(CLOSE)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):
             return None
         body = region[len(OPEN) :].rstrip()
+        closed = body.endswith(CLOSE)
         body = body.removesuffix(CLOSE).replace(HY_SEP, "\n", 1)
-        return kv_calls(body, tools)
+        if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
+            body += "</arg_value>"  # the last value's close lost (vLLM #57826)
+        return kv_calls(body, tools, exact=True)
 
 
 FORMATS: list[Format] = [Glm()]

@@ -8,6 +8,9 @@ a list of them, or several objects one after another; ``arguments`` or
 ``parameters``; single-quoted Python dicts and trailing commas are read
 (see ``args.parse_value``); a fence inside the tags is allowed.
 
+A ``</tool_call>`` inside a JSON string is data (Qwen3's tokenizer writes
+the marker token there too; ``scan.TOOL_CALL_TABLE``).
+
 ``<tool_call>``, ``<tool_calls>`` and ``<function_call>`` are unmistakable:
 what does not parse there is markup. ``<tools>`` and ``<response>`` also
 appear in genuine XML answers, so a body that is not call-shaped JSON is
@@ -23,7 +26,7 @@ from typing import ClassVar
 from ..args import INVALID, parse_value
 from ..context import ToolSpec
 from .base import EndFinder, Format, RawCall, calls_from_value
-from .scan import FirstNonBlank, UntilMarker, split_values
+from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
 
@@ -57,6 +60,8 @@ class _Tags(Format):
     tags: ClassVar[tuple[str, ...]] = ()
 
     def end_finder(self, marker: str) -> EndFinder:
+        if marker == TOOL_CALL_OPEN:
+            return tool_call_end(len(marker))
         return UntilMarker("</" + marker[1:], skip=len(marker))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
@@ -64,6 +69,11 @@ class _Tags(Format):
             if region.startswith(tag):
                 body = region[len(tag) :]
                 close = "</" + tag[1:]
+                # The region ends at its structural close: a close inside a
+                # JSON string is data (see scan.TOOL_CALL_TABLE).
+                whole = json_calls(body.rstrip().removesuffix(close))
+                if whole is not None:
+                    return whole
                 end = body.find(close)
                 if end >= 0:
                     if body[end + len(close) :].strip():

@@ -10,6 +10,10 @@ for the detector to resolve; some fine-tunes drop it). vLLM
 model sometimes writes; SGLang ``kimik2_detector.py`` and llama.cpp's Kimi
 K2 handler parse the same tokens. A call written without the section
 tokens (``<|tool_call_begin|>…<|tool_call_end|>``) is a region of its own.
+Text inside a section but outside its calls is dropped (vLLM's
+``test_kimi_k2_tool_parser.py`` noise test). A marker token written inside
+a JSON string of the arguments is text (Kimi K2.6's template writes the
+marker tokens there): the ends are found outside strings.
 Also seen in users' reports and parsed: a section without per-call tokens
 (one call), a call without ``<|tool_call_argument_begin|>``
 (``functions.f:0 {…}``, vLLM PR #31207) and tagged JSON
@@ -34,7 +38,7 @@ import orjson
 from ..context import ToolSpec
 from ._family import contiguous, loads
 from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
-from .scan import UntilMarker
+from .scan import END, JSON_ESCAPE, Peek, Structural, UntilMarker, literal
 
 SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
 SECTION_END = ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")
@@ -42,16 +46,48 @@ CALL_BEGIN = "<|tool_call_begin|>"
 CALL_END = "<|tool_call_end|>"
 ARG_BEGIN = "<|tool_call_argument_begin|>"
 
-_CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)(?:" + re.escape(CALL_END) + r"|\Z)", re.DOTALL)
 _INDEX = re.compile(r":\d+\Z")
 # A call written without <|tool_call_argument_begin|>: "functions.f:0 {…}".
 _NAME_ARGS = re.compile(r"\s*([\w.\-]+(?::\d+)?)\s*(\{.*\})\s*\Z", re.DOTALL)
 
 
-def _blank(text: str) -> bool:
-    for t in (*SECTION_BEGIN, *SECTION_END):
-        text = text.replace(t, "")
-    return not text.strip()
+#: The end rules: a call ends at ``<|tool_call_end|>``, a section at its end
+#: token, but not inside a JSON string of the arguments (Kimi K2.6's
+#: template writes the marker tokens there too).
+_IN_STRING: list[tuple[str, str]] = [(JSON_ESCAPE, "str"), (literal('"'), "json")]
+_SECTION_ENDS = [(literal(t), END) for t in SECTION_END]
+SECTION_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
+    "out": [(literal(ARG_BEGIN), "json"), *_SECTION_ENDS],
+    "json": [(literal('"'), "str"), (literal(CALL_END), "out"), *_SECTION_ENDS],
+    "str": _IN_STRING,
+}
+CALL_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
+    "out": [(literal(ARG_BEGIN), "json"), (literal(CALL_END), END)],
+    "json": [(literal('"'), "str"), (literal(CALL_END), END)],
+    "str": _IN_STRING,
+}
+
+
+def _bodies(region: str) -> list[str]:
+    """The body of each call in a region, each call's end found by
+    ``CALL_TABLE`` (a ``<|tool_call_end|>`` in a string is text). Text
+    between calls is dropped (vLLM's Kimi K2 parser drops it too)."""
+    bodies: list[str] = []
+    pos = 0
+    while True:
+        start = region.find(CALL_BEGIN, pos)
+        if start < 0:
+            return bodies
+        rest = region[start:]
+        end = Structural(len(CALL_BEGIN), "out", CALL_TABLE).feed(rest)
+        if end is None or end < 0:
+            body = rest[len(CALL_BEGIN) :]
+            for t in SECTION_END:
+                body = body.removesuffix(t)
+            bodies.append(body)
+            return bodies
+        bodies.append(rest[len(CALL_BEGIN) : end - len(CALL_END)])
+        pos = start + end
 
 
 def _call(body: str) -> list[RawCall] | None:
@@ -78,8 +114,8 @@ class Kimi(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        closes = (CALL_END,) if marker == CALL_BEGIN else SECTION_END
-        return UntilMarker(*closes, skip=len(marker))
+        table = CALL_TABLE if marker == CALL_BEGIN else SECTION_TABLE
+        return Structural(len(marker), "out", table)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if CALL_BEGIN not in region:
@@ -89,14 +125,7 @@ class Kimi(Format):
                 body = body.replace(t, "")
             return _call(body)
         calls: list[RawCall] = []
-        pos = 0
-        for m in _CALL.finditer(region):
-            if not _blank(region[pos : m.start()]):
-                return None
-            pos = m.end()
-            body = m.group(1)
-            for t in SECTION_END:
-                body = body.replace(t, "")
+        for body in _bodies(region):
             got = _call(body)
             if got is None:
                 return None
@@ -112,8 +141,12 @@ K3_CALL_CLOSE = "<|close|>call<|sep|>"
 _K3_CALL = re.compile(
     r"<\|open\|>call\s+((?:(?!<\|sep\|>).)*?)<\|sep\|>(.*?)<\|close\|>call<\|sep\|>", re.DOTALL
 )
+#: An argument's close counts when the next argument or the call's close
+#: follows it: the value's text may hold the same characters (K3 encodes
+#: argument text as ordinary tokens, ``encoding_k3.py``).
 _K3_ARG = re.compile(
-    r"<\|open\|>argument\s+((?:(?!<\|sep\|>).)*?)<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>",
+    r"<\|open\|>argument\s+((?:(?!<\|sep\|>).)*?)<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>"
+    r"(?=\s*(?:<\|open\|>argument|<\|close\|>call<\|sep\|>|\Z))",
     re.DOTALL,
 )
 _K3_ATTR = re.compile(r'(\w+)="([^"]*)"')

@@ -16,6 +16,12 @@ an integer for an ``integer`` parameter and a ``string`` parameter keeps
 text that looks like JSON. A closing ``</parameter>`` or ``</function>``
 that never came is tolerated when the structure is otherwise clear
 (llama.cpp's Qwen3-Coder parser does the same at end of generation).
+
+Values are read by the structure, not by the first closing tag: a
+``</parameter>``, ``</function>`` or ``</tool_call>`` written inside a value
+is text (the tokenizer writes ``<tool_call>`` tokens there too); only a
+``</parameter>`` followed by the next parameter, ``</function>`` or
+``</tool_call>`` ends a value (vLLM ``qwen3coder_tool_parser.py``).
 """
 
 from __future__ import annotations
@@ -26,13 +32,31 @@ from typing import Any
 
 from ..context import ToolSpec
 from .base import EndFinder, Format, RawCall
-from .scan import UntilMarker
-
-_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|(?=<function=)|\Z)", re.S)
-_PARAM = re.compile(
-    r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|\Z)", re.S
+from .scan import (
+    END,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    Peek,
+    Structural,
+    literal,
+    tool_call_end,
 )
-_LEFTOVER = re.compile(r"\S")
+
+_FUNC_OPEN = re.compile(r"<function=([^>\n]+)>")
+_PARAM_OPEN = re.compile(r"<parameter=([^>\n]+)>")
+_BLANKS = re.compile(r"\s*")
+#: Where a parameter's value ends: a ``</parameter>`` followed by what may
+#: follow a value (vLLM ``qwen3coder_tool_parser.py`` ``_find_true_param_end``:
+#: a close inside the value is text), else (the close lost) the next
+#: ``<parameter=`` at a line start, or the function's last ``</function>``.
+#: The match's ``closed`` group is set only for a real ``</parameter>``.
+_VALUE_END = re.compile(
+    r"(?P<closed></parameter>)(?=\s*(?:<parameter=|</function>|<function=|\Z))"
+    r"|(?<=\n)(?=<parameter=)"
+    r"|(?=</function>\s*(?:<function=|\Z))"
+    r"|\Z"
+)
+FUNCTION_END = "</function>"
 
 
 def _value(raw: str) -> str:
@@ -43,54 +67,99 @@ def _value(raw: str) -> str:
     return raw
 
 
+def _walk(body: str) -> tuple[list[RawCall] | None, bool]:
+    """The ``<function=…>`` calls in ``body`` read by their structure, and
+    whether every parameter and function closed. None when anything but
+    blanks stands between the elements."""
+    calls: list[RawCall] = []
+    whole = True
+    pos, n = 0, len(body)
+    while True:
+        pos = _skip(body, pos)
+        if pos >= n:
+            break
+        m = _FUNC_OPEN.match(body, pos)
+        if m is None:
+            return None, False
+        args: dict[str, Any] = {}
+        pos = m.end()
+        while True:
+            pos = _skip(body, pos)
+            if pos >= n:
+                whole = False
+                break
+            if body.startswith(FUNCTION_END, pos):
+                pos += len(FUNCTION_END)
+                break
+            if _FUNC_OPEN.match(body, pos):
+                whole = False
+                break
+            p = _PARAM_OPEN.match(body, pos)
+            if p is None:
+                return None, False
+            e = _VALUE_END.search(body, p.end())
+            assert e is not None  # ``\Z`` always matches
+            whole = whole and e.group("closed") is not None
+            args[p.group(1).strip()] = _value(body[p.end() : e.start()])
+            pos = e.end()
+        calls.append(RawCall(m.group(1).strip(), args))
+    return calls or None, whole
+
+
+def _skip(body: str, pos: int) -> int:
+    m = _BLANKS.match(body, pos)
+    assert m is not None
+    return m.end()
+
+
 def xml_calls(body: str) -> list[RawCall] | None:
     """Every ``<function=…>`` in ``body``; None if there is none or if text
     other than blanks stands between them."""
-    calls: list[RawCall] = []
-    pos = 0
-    for m in _FUNCTION.finditer(body):
-        if _LEFTOVER.search(body, pos, m.start()):
-            return None
-        args: dict[str, Any] = {}
-        inner = m.group(2)
-        ipos = 0
-        for p in _PARAM.finditer(inner):
-            if _LEFTOVER.search(inner, ipos, p.start()):
-                return None
-            args[p.group(1).strip()] = _value(p.group(2))
-            ipos = p.end()
-        if _LEFTOVER.search(inner, ipos):
-            return None
-        calls.append(RawCall(m.group(1).strip(), args))
-        pos = m.end()
-    if not calls or _LEFTOVER.search(body, pos):
-        return None
-    return calls
+    return _walk(body)[0]
+
+
+#: The end rule of a bare ``<function=…>`` region: its ``</function>``
+#: outside parameter values (see ``scan.TOOL_CALL_TABLE`` for values); a
+#: value whose ``</parameter>`` was lost ends at ``</function>`` on a line
+#: of its own.
+FUNCTION_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
+    "xml": [(literal("<parameter="), "xml_value"), (literal(FUNCTION_END), END)],
+    "xml_value": [
+        (literal("</parameter>"), "xml_after_value"),
+        (literal("\n" + FUNCTION_END), END),
+    ],
+    "xml_after_value": Peek(
+        "xml_value",
+        ("<parameter=", "xml", False),
+        (FUNCTION_END, "xml", False),
+    ),
+}
+
+
+def _body(region: str) -> str | None:
+    body = region
+    if body.startswith(TOOL_CALL_OPEN):
+        body = body[len(TOOL_CALL_OPEN) :].rstrip().removesuffix(TOOL_CALL_CLOSE)
+    return body
 
 
 class QwenXml(Format):
     name = "qwen_xml"
-    markers = ("<tool_call>", "<function=")
+    markers = (TOOL_CALL_OPEN, "<function=")
     priority = 20
 
     def end_finder(self, marker: str) -> EndFinder:
-        if marker == "<tool_call>":
-            return UntilMarker("</tool_call>", skip=len(marker))
-        return UntilMarker("</function>", skip=len(marker))
+        if marker == TOOL_CALL_OPEN:
+            return tool_call_end(len(marker))
+        return Structural(len(marker), "xml", FUNCTION_TABLE)
 
     def is_complete(self, region: str) -> bool:
-        return region.count("<function=") == region.count("</function>")
+        body = _body(region)
+        return body is not None and _walk(body)[1]
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-        body = region
-        if body.startswith("<tool_call>"):
-            body = body[len("<tool_call>") :]
-            end = body.find("</tool_call>")
-            if end >= 0:
-                if body[end + len("</tool_call>") :].strip():
-                    return None
-                body = body[:end]
-        return xml_calls(body)
+        body = _body(region)
+        return None if body is None else xml_calls(body)
 
 
 FORMATS: list[Format] = [QwenXml()]

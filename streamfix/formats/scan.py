@@ -3,11 +3,18 @@
 Each is fed a region's text piece by piece and never rescans what it has
 seen: ``UntilMarker`` keeps only ``len(close) - 1`` characters of overlap;
 ``Balanced`` keeps its string/escape/depth state between pieces and skips
-to the next interesting character with a compiled regex (C speed).
+to the next interesting character with a compiled regex (C speed);
+``Structural`` runs a small table of states (outside a value, inside a JSON
+string, inside an XML value, just after a closing tag) so that a closing
+token written inside a value is data, as the engines' structural parsers
+read it (vLLM ``qwen3coder_tool_parser.py``; canitoolcall's
+``marker-in-arguments`` fixtures). ``TOOL_CALL_TABLE`` is the shared end
+rule of ``<tool_call>`` regions.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .base import ABORT, EndFinder
@@ -209,3 +216,187 @@ class FirstNonBlank:
 
 
 _SPACES = re.compile(r"\s*")
+
+
+#: ``Structural`` table entries. A scan state is a list of ``(pattern,
+#: next)``: the earliest match of any pattern (a regex) moves to ``next``
+#: (``END``: the region ends after the match). A peek state is a ``Peek``:
+#: it looks at what follows blanks.
+END = ""
+
+
+class Peek:
+    """A state that decides by the first non-blank text: the first of
+    ``tokens`` (``(literal, next, consume)``) that starts there moves to
+    ``next``, past the token when ``consume``, else leaving it to be read
+    again in ``next``; any other text moves to ``default``, unread. A
+    token that ends the region unread must be one character: the region
+    cannot end before text an earlier piece brought."""
+
+    __slots__ = ("default", "tokens")
+
+    def __init__(self, default: str, *tokens: tuple[str, str, bool]) -> None:
+        assert all(len(t) == 1 for t, n, consume in tokens if n == END and not consume)
+        self.default = default
+        self.tokens = tokens
+
+
+_LEAD_BLANKS = re.compile(r"\s*")
+
+
+class Structural:
+    """An end finder that knows where it stands: a table of states (see
+    ``END`` and ``Peek``) read after ``skip`` characters, starting in
+    ``start``. It lets a closing token inside a string or a parameter value
+    be data: in the value's state that token is not looked for.
+
+    Cost O(len(piece)): one regex search per token met, a kept tail shorter
+    than the longest token, no text seen twice beyond that tail."""
+
+    __slots__ = ("_keep", "_rx", "_skip", "_state", "_table", "_tail")
+
+    def __init__(
+        self, skip: int, start: str, table: dict[str, list[tuple[str, str]] | Peek]
+    ) -> None:
+        self._skip = skip
+        self._state = start
+        self._table = table
+        self._tail = ""
+        scans = tuple((k, tuple(v)) for k, v in table.items() if isinstance(v, list))
+        self._rx, self._keep = _compiled(scans)
+
+    def feed(self, text: str) -> int | None:
+        start = 0
+        if self._skip:
+            start = min(self._skip, len(text))
+            self._skip -= start
+        base = len(self._tail) - start
+        buf = self._tail + text[start:] if start else self._tail + text
+        self._tail = ""
+        pos = 0
+        table = self._table
+        while True:
+            state = table[self._state]
+            if isinstance(state, Peek):
+                m = _LEAD_BLANKS.match(buf, pos)
+                assert m is not None
+                i = m.end()
+                if i == len(buf):
+                    return None
+                for tok, nxt, consume in state.tokens:
+                    if buf.startswith(tok, i):
+                        pos = i + len(tok) if consume else i
+                        if nxt == END:
+                            return pos - base
+                        self._state = nxt
+                        break
+                else:
+                    rest = buf[i:]
+                    if any(tok.startswith(rest) for tok, _, _ in state.tokens):
+                        self._tail = rest  # a token may be cut here: wait
+                        return None
+                    self._state = state.default
+                    pos = i
+                continue
+            rx, nexts = self._rx[self._state]
+            m = rx.search(buf, pos)
+            if m is None:
+                keep = self._keep[self._state]
+                self._tail = buf[max(pos, len(buf) - keep) :] if keep else ""
+                return None
+            nxt = nexts[m.lastindex - 1 if m.lastindex else 0]
+            pos = m.end()
+            if nxt == END:
+                return pos - base
+            self._state = nxt
+
+
+_MAX_TOKEN = 64
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(
+    scans: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
+) -> tuple[dict[str, tuple[re.Pattern[str], tuple[str, ...]]], dict[str, int]]:
+    rxs: dict[str, tuple[re.Pattern[str], tuple[str, ...]]] = {}
+    keeps: dict[str, int] = {}
+    for name, entries in scans:
+        rxs[name] = (
+            re.compile("|".join(f"({p})" for p, _ in entries)),
+            tuple(n for _, n in entries),
+        )
+        keeps[name] = max(_longest(p) for p, _ in entries) - 1
+    return rxs, keeps
+
+
+def _longest(pattern: str) -> int:
+    """The longest text ``pattern`` matches (the patterns here are escaped
+    literals or ``\\\\[\\s\\S]``: bounded, no repetition)."""
+    n = len(re.sub(r"\\.|\[[^\]]*\]", "x", pattern))
+    assert n <= _MAX_TOKEN, pattern
+    return n
+
+
+def literal(token: str) -> str:
+    """A ``Structural`` scan pattern for ``token`` as written."""
+    return re.escape(token)
+
+
+#: In a JSON string: an escape pair (skipped whole) or the closing quote.
+JSON_ESCAPE = r"\\[\s\S]"
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_TC = literal(TOOL_CALL_CLOSE)
+
+#: The end rule of a ``<tool_call>`` region, shared by the formats that
+#: open with it (Hermes JSON, Qwen3-Coder XML, GLM). The first non-blank
+#: character tells the body's syntax, and a ``</tool_call>`` that stands
+#: inside a value is data (the tokenizer writes it as the marker token even
+#: there; only the structure tells them apart):
+#:
+#: - JSON (``{``, ``[``, a fence): inside a string. A raw newline cannot be
+#:   in a JSON string, so ``\n</tool_call>`` ends the region even there (a
+#:   broken quote does not hold the rest of the reply).
+#: - Qwen3 XML (``<``): inside a ``<parameter=…>`` value, whose
+#:   ``</parameter>`` counts only when ``<parameter=``, ``</function>`` or
+#:   ``</tool_call>`` follows it (vLLM ``qwen3coder_tool_parser.py``,
+#:   ``_find_true_param_end``); a value whose ``</parameter>`` never came
+#:   ends at ``</function>`` followed by ``</tool_call>``.
+#: - GLM (a name): inside ``<arg_value>…</arg_value>``; a value whose
+#:   close never came ends at ``</tool_call>`` followed (after blanks) by
+#:   ``<``, the next call's opening (vLLM issue #57826; vLLM's Qwen3 parser
+#:   looks for the whole ``<tool_call>``, but a finder cannot end its region
+#:   before text an earlier piece already held), or at the end of the stream.
+TOOL_CALL_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
+    "start": Peek(
+        "glm", ("{", "json", False), ("[", "json", False), ("`", "json", False), ("<", "xml", False)
+    ),
+    "json": [(literal('"'), "json_str"), (_TC, END)],
+    "json_str": [
+        (JSON_ESCAPE, "json_str"),
+        (literal('"'), "json"),
+        (literal("\n" + TOOL_CALL_CLOSE), END),
+    ],
+    "xml": [(literal("<parameter="), "xml_value"), (_TC, END)],
+    "xml_value": [
+        (literal("</parameter>"), "xml_after_value"),
+        (literal("</function>"), "xml_after_function"),
+    ],
+    "xml_after_value": Peek(
+        "xml_value",
+        ("<parameter=", "xml", False),
+        ("</function>", "xml", False),
+        (TOOL_CALL_CLOSE, END, True),
+    ),
+    "xml_after_function": Peek("xml_value", (TOOL_CALL_CLOSE, END, True)),
+    "glm": [(literal("<arg_value>"), "glm_value"), (_TC, END)],
+    "glm_value": [(literal("</arg_value>"), "glm"), (_TC, "glm_after_close")],
+    "glm_after_close": Peek("glm_value", ("<", END, False)),
+}
+
+
+def tool_call_end(skip: int) -> Structural:
+    """The end finder of a ``<tool_call>`` region (``TOOL_CALL_TABLE``)."""
+    return Structural(skip, "start", TOOL_CALL_TABLE)
