@@ -117,7 +117,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "two-hermes-with-text-between",
         'A <tool_call>{"name": "refresh_cache", "arguments": {}}</tool_call> B '
         '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}</tool_call> C',
-        "A B C",
+        "A  B  C",  # blanks after a word are content
         [("refresh_cache", {}), ("lookup_order", LO)],
     ),
     (
@@ -320,7 +320,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "call-prefix-after-text",
         "On it. call:create_ticket{'title': 'x', 'priority': 1,}",
-        "On it.",
+        "On it.",  # after a sentence: layout
         [("create_ticket", {"title": "x", "priority": 1})],
     ),
     (

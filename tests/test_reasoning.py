@@ -31,8 +31,11 @@ CASES = [
     ("<think>drafting " + CALL + "</think>", "", "drafting " + CALL, []),
     ("No reasoning here, just text.", "No reasoning here, just text.", "", []),
     ("<think></think>Hi", "Hi", "", []),
-    ("Hi <think>aside</think> there", "Hi there", "aside", []),
-    ("<think>one</think>A<think>two</think>B", "AB", "onetwo", []),
+    # only the first section counts (the reference parsers split at the first
+    # close): once the answer has begun, the tags are text
+    ("Hi <think>aside</think> there", "Hi <think>aside</think> there", "", []),
+    ("<think>one</think>A<think>two</think>B", "A<think>two</think>B", "one", []),
+    ("<think>one</think>A</think>B", "A</think>B", "one", []),
     ("<think>never closed", "", "never closed", []),
     ("a <thinking> tag is not ours", "a <thinking> tag is not ours", "", []),
 ]

@@ -193,7 +193,7 @@ def test_text_held_at_the_end_of_a_decoded_run_goes_out_with_the_last_events_fie
     one = run_sse(events, WEATHER)
     assert run_sse([b"".join(events)], WEATHER) == one
     made = orjson.loads(one.rstrip().rsplit(b"\n\n", 1)[-1][6:])
-    assert made["x_seq"] == 30 and made["choices"][0]["delta"]["content"] == " <tool"
+    assert made["x_seq"] == 30 and made["choices"][0]["delta"]["content"] == "<tool"
 
 
 def test_a_stream_whose_chunks_stop_differing_gets_its_shape_during_decoded_runs() -> None:

@@ -77,7 +77,12 @@ class Reasoning:
       short one may be part of a call's header);
     - ``prefilled``: the chat template may open the reasoning in the
       prompt, so a reply can start inside it and show only a close: all
-      before that close is reasoning.
+      before that close is reasoning;
+    - ``repeats``: the channel may open again later in the reply
+      (Harmony's messages). Otherwise only the first section counts, as
+      the reference parsers split at the first close: once the answer has
+      begun or a section has closed, the family's open is text (a call's
+      argument that names ``<think>``), and so are the closes after it.
     """
 
     name: str
@@ -87,6 +92,7 @@ class Reasoning:
     ends: tuple[str, ...] = ()
     leading: tuple[str, ...] = ()
     prefilled: bool = False
+    repeats: bool = False
 
 
 #: Returned by ``EndFinder.feed`` when the region turns out not to be a

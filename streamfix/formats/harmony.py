@@ -102,5 +102,6 @@ REASONING: list[Reasoning] = [
             "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
         ),
+        repeats=True,
     )
 ]

@@ -56,6 +56,14 @@ from ..formats.base import resolve_name
 #: are released (their tail is still held).
 MAX_GAP_WS = 32
 
+#: The characters after which blanks are layout before a call: the end of
+#: a sentence or of an introduction ("Let me check.", "Here it is:"), as
+#: the templates write the text before a call. Blanks after anything else
+#: (code, a word) go out at once: holding every newline token of a code
+#: block would cost a rebuilt chunk each, for nothing.
+_SENTENCE_END = frozenset(".:!?。：！？")
+
+
 #: Matchers kept per distinct set of offered tool names (requests of one
 #: deployment offer the same few sets).
 MATCHER_CACHE = 64
@@ -86,8 +94,9 @@ QUIET_MAX = 8192
 #: one itself (``\u0000`` in the JSON) only makes the check more cautious:
 #: a marker's prefix before it is taken for one that ends a text.
 RUN_SEP = "\x00"
-#: A text of a run that ends in blanks (held: the run goes one by one).
-_BLANK_END = re.compile(r"\s(?:\x00|\Z)")
+#: A text of a run that ends in blanks after a sentence's end (or at the
+#: run's start, after what came before): held, so the run goes one by one.
+_BLANK_END = re.compile(r"(?:\A|[.:!?。：！？])[\s\x00]*\s(?:\x00|\Z)")
 
 
 def _trie(words: Iterable[str]) -> dict[str, Any]:
@@ -314,10 +323,16 @@ class ToolTagDetector:
         if not self._plain:
             return False
         last = text[-1]
-        if last.isspace():
-            return False  # blanks that end the text are held: feed()
+        blank = last.isspace()
+        if blank:
+            body = text.rstrip()
+            if (body[-1] if body else self._prev) in _SENTENCE_END or not (body or self._prev):
+                return False  # blanks that may be layout before a call are held: feed()
         if text not in self._quiet and not self.m.is_quiet(text) and self._search(text) is not None:
             return False  # a marker or a marker's prefix: feed()
+        if blank:
+            self._note(text)
+            return True
         # Released as is (``_note`` inlined: this is the hot path).
         self._prev = last
         self._since_call = False
@@ -477,11 +492,14 @@ class ToolTagDetector:
             self._held = s[at:]
 
     def _layout_from(self, s: str, at: int) -> int:
-        """Where the blanks just before ``s[at]`` start (layout if a call
-        follows; at most ``MAX_GAP_WS``)."""
+        """Where the blanks just before ``s[at]`` start, if they are layout
+        (at most ``MAX_GAP_WS``, after a sentence's end, at the reply's start
+        or after a call); else ``at``."""
         if not (at and s[at - 1].isspace()):
             return at
-        return _trailing_ws(s, at)
+        gap_at = _trailing_ws(s, at)
+        before = s[gap_at - 1] if gap_at else self._prev
+        return gap_at if before in _SENTENCE_END or not before else at
 
     def _release(self, out: list[str], text: str) -> None:
         if text:

@@ -152,13 +152,16 @@ class ReasoningSplitter:
     """Moves each family's reasoning from content to reasoning (module doc)."""
 
     __slots__ = (
+        "_closed",
         "_code",
         "_family",
         "_held",
         "_hold_max",
         "_lead",
         "_m",
+        "_said",
         "_searched",
+        "_skipped",
         "_state",
         "ctx",
     )
@@ -175,6 +178,12 @@ class ReasoningSplitter:
         #: Drop the blanks that begin the current section (layout).
         self._lead = False
         self._code = CodeSpans()  # TEXT: where inline code and code blocks are
+        #: The answer has begun, a section has closed, an open was text:
+        #: what the markup of a family that does not repeat means from then
+        #: on (``Reasoning.repeats``).
+        self._said = False
+        self._closed = False
+        self._skipped = False
 
     # -- the lanes -------------------------------------------------------
 
@@ -203,7 +212,7 @@ class ReasoningSplitter:
         upstream means it separates reasoning itself (``_run``); nothing
         else of a reasoning-only delta concerns the splitter."""
         if text and self._state == _START and not self._held:
-            self._to_text(lead=False)
+            self._to_text(lead=False, said=False)
         return True
 
     def feed_reasonings(self, texts: list[str], joined: str) -> int:
@@ -221,7 +230,7 @@ class ReasoningSplitter:
     def _run(self, d: Delta, final: bool) -> None:
         text = d.content
         if self._state == _START and d.reasoning and not self._held:
-            self._to_text(lead=False)  # the upstream separates reasoning itself
+            self._to_text(lead=False, said=False)  # the upstream separates reasoning
         if not text and not (final and self._held):
             return
         text = text or ""
@@ -250,10 +259,14 @@ class ReasoningSplitter:
             self.ctx.report.count("reasoning_split")
             self.ctx.report.reasoning = True
 
-    def _to_text(self, lead: bool) -> None:
+    def _to_text(self, lead: bool, said: bool = True) -> None:
+        """To the text state; ``lead``: drop the blanks that begin it;
+        ``said``: without ``lead``, the answer begins here."""
         self._state = _TEXT
         self._searched = 0
         self._lead = lead
+        if not lead and said:
+            self._said = True
 
     def _content(self, piece: str, content: list[str]) -> None:
         """``piece`` goes out as content; leading layout blanks dropped."""
@@ -264,6 +277,7 @@ class ReasoningSplitter:
             if not piece:
                 return
             self._lead = False
+        self._said = True
         content.append(piece)
 
     def _reasoning(self, piece: str, reasoning: list[str]) -> None:
@@ -275,6 +289,18 @@ class ReasoningSplitter:
                 return
             self._lead = False
         reasoning.append(piece)
+
+    def _stale(self, marker: str) -> bool:
+        """Whether markup met after the start is text: a family that does
+        not repeat (``Reasoning.repeats``) opens once, before the answer,
+        and closes once."""
+        kind, family = self._m.kinds[marker]
+        if family.repeats or kind == _ANSWER:
+            return False
+        if kind == _OPEN and (self._said or self._closed):
+            self._skipped = True
+            return True
+        return kind == _CLOSE and (self._closed or self._skipped)
 
     def _marker(self, marker: str) -> None:
         """What a marker found in the start or text state does."""
@@ -290,6 +316,7 @@ class ReasoningSplitter:
             # reasons.
             self.ctx.report.count("stripped.stray_think")
             self.ctx.report.reasoning = True
+            self._closed = True
         self._to_text(lead=True)
 
     def _start(
@@ -301,10 +328,14 @@ class ReasoningSplitter:
         if m is not None:
             before, marker = s[: m.start()], m.group()
             at_start = not before.strip()
-            if at_start or m.start() < hold:
-                if self._m.kinds[marker][0] == _CLOSE:
+            kind, family = self._m.kinds[marker]
+            # Within the hold, a close ends reasoning the prompt opened; an
+            # open after text is the answer's, unless the family repeats.
+            if at_start or (m.start() < hold and (kind == _CLOSE or family.repeats)):
+                if kind == _CLOSE:
                     # The prompt opened the reasoning: all before is reasoning.
                     self._lead = True
+                    self._closed = True
                     self._reasoning(before.rstrip(), reasoning)
                 elif not at_start:
                     self._content(before, content)
@@ -326,9 +357,10 @@ class ReasoningSplitter:
                 self._held = s
                 return ""
         elif cut and hold > 0:
-            # Cut by the token limit inside reasoning the prompt opened.
+            # Cut by the token limit inside reasoning the prompt opened (no
+            # close follows: its last blanks are the model's, not layout).
             self._lead = True
-            self._reasoning(s.rstrip(), reasoning)
+            self._reasoning(s, reasoning)
             self._to_text(lead=True)
             return ""
         self._to_text(lead=False)
@@ -341,9 +373,10 @@ class ReasoningSplitter:
         if m is not None:
             self._reasoning(s[: m.start()].rstrip(), reasoning)
             self._to_text(lead=True)
+            self._closed = True
             return s[m.end() :]
-        if final:
-            self._reasoning(s.rstrip(), reasoning)
+        if final:  # no close came: the last blanks are the model's
+            self._reasoning(s, reasoning)
             return ""
         keep = table.partial(s)
         body = s[: len(s) - keep]
@@ -359,7 +392,7 @@ class ReasoningSplitter:
         pos = 0
         while True:
             m = table.pattern.search(s, pos)
-            if m is None or not self._code.inside_at(s, m.start()):
+            if m is None or not (self._code.inside_at(s, m.start()) or self._stale(m.group())):
                 break
             pos = m.end()  # a marker inside code is text
         if m is not None:
