@@ -369,7 +369,8 @@ def _redact_call(call: Any) -> Any:
     return {**call, "function": {**fn, "arguments": _hidden(fn["arguments"])}}
 
 
-def _report_dict(rep: Report | None) -> dict[str, Any] | None:
+def report_dict(rep: Report | None) -> dict[str, Any] | None:
+    """``rep`` as written in a recording."""
     if rep is None:
         return None
     return {
@@ -655,7 +656,7 @@ class Recorder:
                     "options": att.options,
                     "sent": changed,
                     "reads": [{"t": round(t, 6), **enc(data)} for t, data in att.reads],
-                    "report": _report_dict(att.report),
+                    "report": report_dict(att.report),
                 }
             )
         stream = isinstance(body, dict) and body.get("stream") is True
