@@ -165,7 +165,7 @@ def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
     return (
         bool(report.get("empty_after_repair")),
         bool(report.get("truncated_call")),
-        any(k.startswith("calls.") and n for k, n in counts.items()),
+        any(k.startswith(("calls.", "lifted.")) and n for k, n in counts.items()),
     )
 
 
