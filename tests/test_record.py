@@ -332,12 +332,15 @@ def test_key_shapes_are_scrubbed_whatever_the_config_knows() -> None:
     take.body = b'{"messages": []}'
     take.client = [
         b'{"error": "bad key sk-proj-AbC123xyz789QQQ, Authorization: Bearer eyJhbGciOi.x.y,'
-        b' see https://h/v1?api_key=12345&x=1"}'
+        b' see https://h/v1?api_key=12345&x=1", "note": "a basic understanding of risk-aware'
+        b' task-management"}'
     ]
     text = rec.encode(take, ["upstream_error"]).decode()
     for leaked in ("AbC123xyz789QQQ", "eyJhbGciOi.x.y", "12345"):
         assert leaked not in text
     assert "sk-[redacted]" in text and "Bearer [redacted]" in text
+    # prose is left alone
+    assert "a basic understanding of risk-aware task-management" in text
 
 
 async def test_message_text_can_be_redacted(tmp_path: Path) -> None:
