@@ -35,7 +35,7 @@ import orjson
 
 from .chain import Chain
 from .context import Context, Report
-from .demo import Seen, assemble
+from .demo import TOOLS, Seen, assemble
 from .errors import UpstreamProtocolError
 from .replay import seen_of_completion
 from .server.budget import BudgetPolicy, clamp_request, probe_upstream, window_from_error
@@ -46,18 +46,8 @@ from .sse import DONE, SSEDecoder
 #: hundred tokens a second; the longest request asks for 300).
 REQUEST_TIMEOUT = 60.0
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+#: The tool offered (the demo's: one string parameter).
+WEATHER = TOOLS[0]
 _SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 #: The tools stated in the system prompt as Hermes-style chat templates do
 #: (NousResearch Hermes 2 Pro's function-calling prompt): what the server's

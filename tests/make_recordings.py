@@ -30,7 +30,7 @@ from streamfix.server.record import RECORDER
 
 from .e2e.common import GET_WEATHER, LOOP_REQUEST, TOOL_AS_TEXT_MESSAGES
 from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
+from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
 
 HERE = Path(__file__).resolve().parent / "recordings"
 ASK = [{"role": "user", "content": "Where is order A1?"}]
@@ -38,22 +38,6 @@ ASK = [{"role": "user", "content": "Where is order A1?"}]
 
 def _tools(stream: bool = True, **kw: Any) -> dict[str, Any]:
     return {"model": "m", "messages": ASK, "tools": SHAPES_TOOLS, "stream": stream, **kw}
-
-
-def _repeated_name_call() -> bytes:
-    """llama-cpp-python: id, type and name repeated in every piece, and the
-    arguments a Python dict."""
-    out = [chunk(role="assistant")]
-    for frag in ["{'order_id'", ": 'A1',", "}"]:
-        call = {
-            "index": 0,
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "lookup_order", "arguments": frag},
-        }
-        out.append(chunk(tool_calls=[call]))
-    out.append(chunk(finish="tool_calls"))
-    return sse(out)
 
 
 #: name -> (the upstream's replies in order, the client's request)
@@ -92,7 +76,13 @@ SCENARIOS: dict[str, tuple[list[Reply], dict[str, Any]]] = {
         _tools(stream=False),
     ),
     "structured-call-repeated-name-python-args": (
-        [Reply.events(_repeated_name_call(), delay=0.002)],
+        # llama-cpp-python: id, type and name in every piece; a Python dict
+        [
+            Reply.events(
+                call_chunks("lookup_order", "{'order_id': 'A1',}", repeat_name=True),
+                delay=0.002,
+            )
+        ],
         _tools(),
     ),
     "think-in-content-then-call": (
