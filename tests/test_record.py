@@ -495,3 +495,19 @@ async def test_without_record_nothing_is_installed() -> None:
     app = proxy_app("http://127.0.0.1:9/v1")
     assert RECORDER not in app
     assert isinstance(app, web.Application)
+
+
+async def test_an_empty_stream_is_recorded_as_empty_and_an_upstream_error(tmp_path: Path) -> None:
+    """HTTP 200 and no body (llama.cpp on an overflow): the proxy looks into
+    it and gives up; the recording says why."""
+    async with (
+        FakeUpstream(Reply.empty()) as up,
+        AppServer(proxy_app(up.url, record=str(tmp_path), max_reasks=0)) as px,
+    ):
+        status, data = await post(px.url, tools_body())
+        await flushed(px)
+    assert status == 200 and assemble(data).errors
+    doc = load(files(tmp_path)[0])
+    assert doc["reasons"] == ["empty", "upstream_error"]
+    assert doc["upstream_errors"] == [[up.url, "empty_stream"]]
+    assert doc["attempts"][0]["reads"] == []
