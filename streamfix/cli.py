@@ -1,4 +1,4 @@
-"""The ``streamfix`` command: ``serve`` (the proxy) and ``demo``.
+"""The ``streamfix`` command: ``serve`` (the proxy), ``demo``, ``replay``, ``probe``.
 
 ``streamfix serve`` reads its settings from the command line, then
 ``STREAMFIX_*`` environment variables, then a TOML file, then defaults
@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_demo(sub)
+    from . import probe, replay
+
+    replay.add_parser(sub)
+    probe.add_parser(sub)
     return parser
 
 
@@ -174,6 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # ``streamfix demo | head``: the reader left; not an error.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
+    if args.command in ("replay", "probe"):
+        from . import probe, replay
+
+        if args.command == "replay":
+            return replay.run(args, sys.stdout)
+        return probe.run(args, sys.stdout)
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:

@@ -98,25 +98,20 @@ def completion(
     }
 
 
-def call_chunks(name: str, arguments: str, pieces: int = 3, call_id: str = "call_1") -> bytes:
-    """A structured streamed tool call, arguments split in ``pieces``."""
+def call_chunks(
+    name: str, arguments: str, pieces: int = 3, call_id: str = "call_1", repeat_name: bool = False
+) -> bytes:
+    """A structured streamed tool call, arguments split in ``pieces``; with
+    ``repeat_name``, id, type and name in every piece (llama-cpp-python)."""
     step = max(1, len(arguments) // pieces)
     frags = [arguments[i : i + step] for i in range(0, len(arguments), step)]
     chunks = [chunk(role="assistant")]
-    chunks.append(
-        chunk(
-            tool_calls=[
-                {
-                    "index": 0,
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": ""},
-                }
-            ]
-        )
-    )
+    head = {"index": 0, "id": call_id, "type": "function", "function": {"name": name}}
+    if not repeat_name:
+        chunks.append(chunk(tool_calls=[{**head, "function": {"name": name, "arguments": ""}}]))
     for f in frags:
-        chunks.append(chunk(tool_calls=[{"index": 0, "function": {"arguments": f}}]))
+        piece = {**head, "function": {"name": name, "arguments": f}} if repeat_name else None
+        chunks.append(chunk(tool_calls=[piece or {"index": 0, "function": {"arguments": f}}]))
     chunks.append(chunk(finish="tool_calls"))
     return sse(chunks)
 

@@ -59,6 +59,7 @@ from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
 from ..transforms.detect import MATCHER_CACHE, matcher_for
+from . import record
 from .body import BodyReads
 from .budget import (
     BudgetPolicy,
@@ -118,7 +119,7 @@ async def read_reply(resp: aiohttp.ClientResponse, limit: int | None = None) -> 
     limit = MAX_REPLY_BYTES if limit is None else limit
     parts: list[bytes] = []
     size = 0
-    async for part in BodyReads(resp.content):
+    async for part in record.reads(BodyReads(resp.content)):
         size += len(part)
         if size > limit:
             raise ReplyTooLarge(f"reply larger than {limit} bytes")
@@ -199,7 +200,7 @@ class _ClientGone(Exception):
 class _ClientStream:
     """The streamed response to the client, with a hold-back buffer."""
 
-    __slots__ = ("committed", "held", "held_bytes", "last_write", "request", "resp")
+    __slots__ = ("committed", "held", "held_bytes", "last_write", "recording", "request", "resp")
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
@@ -208,6 +209,7 @@ class _ClientStream:
         self.held_bytes = 0
         self.committed = False
         self.last_write = time.monotonic()
+        self.recording = record.current()
 
     @property
     def prepared(self) -> bool:
@@ -238,6 +240,8 @@ class _ClientStream:
         except ConnectionResetError as exc:
             raise _ClientGone from exc
         self.last_write = time.monotonic()
+        if self.recording is not None:
+            self.recording.to_client(data)
 
     def gone(self) -> bool:
         transport = self.request.transport
@@ -629,6 +633,11 @@ class Proxy:
 
     def _upstream_error(self, up: Upstream, kind: str) -> None:
         self.metrics.upstream_errors.labels(up.name, kind).inc()
+        record.upstream_error(up.name, kind)
+
+    def _count_report(self, report: Report) -> None:
+        self.metrics.count_report(report.counts)
+        record.report(report)
 
     def _count(self, endpoint: str, stream: bool, status: int) -> None:
         self.metrics.requests.labels(endpoint, "true" if stream else "false", str(status)).inc()
@@ -700,7 +709,8 @@ class Proxy:
         self.metrics.prompt_trims.inc()
         log.info("prompt trimmed for %s: %s", up.name, info)
 
-    def _record(self, up: Upstream, sent: dict[str, Any]) -> None:
+    def _record(self, up: Upstream, sent: dict[str, Any], resp: aiohttp.ClientResponse) -> None:
+        record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, chain_options(up))
         if sent.get("clamp"):
             self.metrics.clamps.inc()
             log.info("clamped for %s: %s", up.name, sent["clamp"])
@@ -805,7 +815,7 @@ class Proxy:
             except UpstreamFailure as f:
                 self._count("chat", False, f.status)
                 return self._failure_response(f)
-            self._record(up, sent)
+            self._record(up, sent, resp)
             try:
                 raw = await read_reply(resp)
             except (TimeoutError, aiohttp.ClientError) as exc:
@@ -846,7 +856,7 @@ class Proxy:
             self.metrics.chunk_seconds.observe(time.perf_counter() - t0)
             if ctx.report.reasoning and not up.info.reasoning:
                 up.mark_reasoning()
-            self.metrics.count_report(ctx.report.counts)
+            self._count_report(ctx.report)
             reason = self._reask_reason(att, ctx.report, _calls_in(fixed))
             if reason is not None:
                 log.info("asking %s again: %s", up.name, reason)
@@ -877,7 +887,7 @@ class Proxy:
                     await client.commit()
                     await client.write(error_event(f.message, "upstream_error", f.kind))
                     return client.response
-                self._record(up, sent)
+                self._record(up, sent, resp)
                 try:
                     if resp.status != 200:
                         raw = await resp.content.read(ERROR_BODY_BYTES)
@@ -959,7 +969,7 @@ class Proxy:
             )
         ctx = Context.of(client_body, chain_options(up))
         fixed = Chain(ctx).complete(obj)
-        self.metrics.count_report(ctx.report.counts)
+        self._count_report(ctx.report)
         await client.prepare(CIMultiDict())
         await client.commit()
         await client.write(completion_to_sse(fixed))
@@ -984,7 +994,7 @@ class Proxy:
         error: str | None = None
         watch = ReadWatch(resp, self.cfg.read_timeout)
         try:
-            async for data in BodyReads(resp.content):
+            async for data in record.reads(BodyReads(resp.content)):
                 got_data = True
                 t0 = watch.last = perf()
                 out = session.feed(data)
@@ -1039,7 +1049,7 @@ class Proxy:
             tail = error_event("streamfix internal error", "internal_error")
         finally:
             watch.cancel()
-            self.metrics.count_report(session.report.counts)
+            self._count_report(session.report)
             if session.report.reasoning and not up.info.reasoning:
                 up.mark_reasoning()
         if session.stopped:
@@ -1111,7 +1121,13 @@ def create_app(config: ServerConfig) -> web.Application:
     )
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
-    app.router.add_post("/v1/chat/completions", proxy.chat)
+    recorder = record.Recorder.of(config, proxy.metrics)
+    chat: Handler = proxy.chat
+    if recorder is not None:  # --record DIR
+        app[record.RECORDER] = recorder
+        app.cleanup_ctx.append(recorder.lifecycle)
+        chat = recorder.wrap(chat)
+    app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", proxy.models)
     app.router.add_get("/v1/models/{model:.+}", proxy.models)
     app.router.add_get("/healthz", proxy.healthz)

@@ -105,6 +105,13 @@ class ServerConfig:
     backoff: float = 0.25
     rest: float = 30.0
     log_level: str = "info"
+    # recordings (streamfix.server.record)
+    record: str | None = None
+    record_on: str = "repair,unrecognised,loop,empty,upstream_error"
+    record_max_files: int = 1000
+    record_max_bytes: int = 256 * 1024 * 1024
+    record_sample: float = 1.0
+    record_redact: str = "none"
 
 
 #: Settings other than the upstreams and the API keys, in --help order.
@@ -161,7 +168,44 @@ SETTINGS: tuple[Setting, ...] = (
         "debug, info, warning or error (default info)",
         choices=("debug", "info", "warning", "error"),
     ),
+    Setting(
+        "record",
+        str,
+        "write one file per reply that needed streamfix into DIR; replay them with "
+        "'streamfix replay DIR' (default off)",
+        "DIR",
+    ),
+    Setting(
+        "record_on",
+        str,
+        "which replies are recorded, comma separated "
+        "(default repair,unrecognised,loop,empty,upstream_error)",
+        "REASONS",
+    ),
+    Setting("record_max_files", int, "most recordings kept, oldest removed (default 1000)", "N"),
+    Setting(
+        "record_max_bytes",
+        int,
+        "most bytes of recordings kept, oldest removed (default 256 MiB)",
+        "BYTES",
+    ),
+    Setting(
+        "record_sample",
+        float,
+        "share of the qualifying replies recorded, 0..1 (default 1)",
+        "FRACTION",
+    ),
+    Setting(
+        "record_redact",
+        str,
+        "'messages' replaces the text of every message in a recorded request by its "
+        "length; credentials are never written (default none)",
+        choices=("none", "messages"),
+    ),
 )
+
+#: What ``--record-on`` may name (``streamfix.server.record`` decides each).
+RECORD_REASONS = ("repair", "unrecognised", "loop", "empty", "upstream_error")
 
 
 class ConfigError(ValueError):
@@ -294,6 +338,23 @@ def validate(cfg: ServerConfig) -> None:
             raise ConfigError(f"{name} must not be negative")
     if not 0 < cfg.port < 65536:
         raise ConfigError("port must be 1..65535")
+    unknown = set(record_reasons(cfg)) - set(RECORD_REASONS)
+    if unknown:
+        raise ConfigError(
+            f"record_on: unknown reason(s) {', '.join(sorted(unknown))}; "
+            f"choose from {', '.join(RECORD_REASONS)}"
+        )
+    if cfg.record_redact not in ("none", "messages"):
+        raise ConfigError("record_redact: expected 'none' or 'messages'")
+    if not 0.0 <= cfg.record_sample <= 1.0:
+        raise ConfigError("record_sample must be between 0 and 1")
+    if cfg.record_max_files < 1 or cfg.record_max_bytes < 1:
+        raise ConfigError("record_max_files and record_max_bytes must be at least 1")
+
+
+def record_reasons(cfg: ServerConfig) -> tuple[str, ...]:
+    """``record_on`` as a tuple of reasons."""
+    return tuple(_split_list(cfg.record_on))
 
 
 def with_upstreams(cfg: ServerConfig, urls: Sequence[str]) -> ServerConfig:

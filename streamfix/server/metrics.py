@@ -117,6 +117,19 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.recordings = Counter(
+            "streamfix_recordings",
+            "Recordings written (--record), by reason; one with two reasons counts under both.",
+            ["reason"],
+            registry=r,
+        )
+        self.recordings_dropped = Counter(
+            "streamfix_recordings_dropped",
+            "Recordings not written: queue_full, too_large, write_error (sampled-out ones are "
+            "not counted).",
+            ["why"],
+            registry=r,
+        )
         self.chunk_seconds = ChunkHistogram(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",

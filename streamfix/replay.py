@@ -1,0 +1,315 @@
+"""``streamfix replay FILE|DIR``: recorded replies through today's chain.
+
+A recording (``streamfix serve --record DIR``, see ``server/record.py``)
+holds a client's request, each upstream reply as the reads the proxy made,
+and the bytes the client received. Replay feeds the same reads, with the
+request they came with and the chain options the proxy used, to today's
+``SSESession`` (or ``Chain.complete`` for a whole completion), ends the
+stream as the proxy did, and compares what a client assembles from the
+result with what it assembled then: content, reasoning, tool calls (name
+and arguments; ids are random), finish reason, errors, ``[DONE]``.
+
+An attempt the proxy discarded (it asked again) is replayed too: if today's
+chain would not ask again (the reply is no longer empty, the call no longer
+cut off), that is a difference.
+
+Not compared (``incomplete``): a recording cut at its size bound, and a
+reply the client left before its end (what the client got then depended
+on when it left). A request no upstream answered has nothing to replay.
+
+``--check`` exits 1 on any difference (or a file that cannot be read), so
+recordings are regression tests: ``tests/recordings`` is replayed in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from .chain import Chain
+from .context import Context, Options
+from .demo import Seen, assemble, describe
+from .errors import UpstreamProtocolError
+from .server.record import FORMAT, decode_bytes, report_dict
+from .session import SSESession
+
+#: The repairs ``--without`` can switch off (``Options``' switches).
+REPAIRS = ("lift", "strip", "split_reasoning", "repetition")
+
+#: What the proxy says when a stream ends without ``[DONE]`` and the
+#: client's recorded bytes do not say it (``app.py``'s own words).
+_NO_DONE = "upstream ended the stream before [DONE]"
+
+
+@dataclass
+class Outcome:
+    """One recording replayed."""
+
+    path: Path
+    verdict: str  # "same", "changed", "incomplete", "skipped", "unreadable"
+    reasons: list[str] = field(default_factory=list)
+    then: Seen | None = None
+    now: Seen | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in ("changed", "unreadable")
+
+
+def key(seen: Seen) -> tuple[Any, ...]:
+    """What is compared of a client's view (not the chunk count)."""
+    return (
+        seen.content,
+        seen.reasoning,
+        sorted(seen.calls.items()),
+        seen.finish,
+        seen.errors,
+        seen.done,
+        seen.ext,
+    )
+
+
+def seen_of_completion(obj: Any) -> Seen:
+    """A non-streamed reply (a completion, or an error object) as a view."""
+    seen = Seen()
+    if not isinstance(obj, dict):
+        seen.errors.append(f"not a JSON object: {str(obj)[:80]}")
+        return seen
+    if "error" in obj:
+        err = obj["error"]
+        seen.errors.append(str(err.get("message") if isinstance(err, dict) else err))
+        return seen
+    for ch in obj.get("choices") or ():
+        msg = ch.get("message") or {}
+        seen.content += msg.get("content") or ""
+        seen.reasoning += msg.get("reasoning_content") or msg.get("reasoning") or ""
+        for i, tc in enumerate(msg.get("tool_calls") or ()):
+            fn = tc.get("function") or {}
+            seen.calls[i] = {"name": fn.get("name") or "", "arguments": fn.get("arguments") or ""}
+        if ch.get("finish_reason"):
+            seen.finish = ch["finish_reason"]
+        if isinstance(ch.get("streamfix"), dict):
+            seen.ext = ch["streamfix"]
+    return seen
+
+
+def client_view(response: dict[str, Any]) -> Seen:
+    """What the client assembled then, from the recorded bytes."""
+    data = decode_bytes(response)
+    if response.get("stream") and response.get("status") == 200:
+        return assemble(data)
+    try:
+        return seen_of_completion(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        seen = Seen()
+        seen.errors.append(data[:200].decode("utf-8", "replace"))
+        return seen
+
+
+def _last_error(then: Seen) -> str:
+    return then.errors[-1] if then.errors else _NO_DONE
+
+
+def replay_stream(
+    body: dict[str, Any], options: dict[str, Any], reads: Iterable[bytes], error: str, ended: bool
+) -> tuple[bytes, SSESession]:
+    """The bytes a client gets today for these reads, ended as the proxy
+    ends a stream (``app.Proxy._pump``): ``[DONE]`` passed on; without one,
+    an error event with ``error``; ``ended`` False (the client left): no end."""
+    session = SSESession(body, **options)
+    out: list[bytes] = []
+    try:
+        for data in reads:
+            out.append(session.feed(data))
+            if session.finished:
+                break
+        if session.finished or not ended:
+            pass
+        elif session.saw_done:
+            out.append(session.close())
+        else:
+            out.append(session.fail(UpstreamProtocolError(error)))
+    except UpstreamProtocolError as exc:
+        out.append(session.fail(exc))
+    return b"".join(out), session
+
+
+def replay_completion(
+    body: dict[str, Any], options: dict[str, Any], raw: bytes, error: str
+) -> tuple[dict[str, Any], Context]:
+    """A whole upstream completion through today's chain: the repaired
+    object, or ``{"error": …}`` with ``error`` (the proxy's words then) when
+    it is no completion, and its context."""
+    ctx = Context.of(body, options)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
+        return {"error": {"message": error}}, ctx
+    return Chain(ctx).complete(obj), ctx
+
+
+def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
+    """What decides whether the proxy asks again: the reply is empty, a call
+    was cut off, a call was emitted (``tool_choice: "required"``)."""
+    report = report or {}
+    counts = report.get("counts") or {}
+    return (
+        bool(report.get("empty_after_repair")),
+        bool(report.get("truncated_call")),
+        any(k.startswith(("calls.", "lifted.")) and n for k, n in counts.items()),
+    )
+
+
+def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcome:
+    """Replay one recording; ``switches`` (``lift=False``…) override the
+    chain options it was recorded with."""
+    if doc.get("format") != FORMAT:
+        return Outcome(path, "unreadable", notes=[f"not a {FORMAT} file"])
+    reasons = list(doc.get("reasons") or ())
+    request = doc["request"]
+    body = request["body"] if isinstance(request.get("body"), dict) else {}
+    response = doc["response"]
+    then = client_view(response)
+    attempts = doc.get("attempts") or []
+    result = Outcome(path, "same", reasons, then)
+    if not attempts or attempts[-1].get("status") != 200:
+        status = attempts[-1].get("status") if attempts else None
+        errors = ", ".join(kind for _, kind in doc.get("upstream_errors") or ())
+        result.verdict = "skipped"
+        result.notes.append(
+            f"the upstream answered HTTP {status}"
+            if status
+            else f"no upstream reply ({errors or 'none'})"
+        )
+        result.now = then
+        return result
+    for i, att in enumerate(attempts):
+        options = {**att.get("options", {}), **switches}
+        reads = [decode_bytes(r) for r in att.get("reads") or ()]
+        last = i == len(attempts) - 1
+        # The proxy's paths: a stream; a whole completion for a stream (sent on
+        # as one); a whole completion asked for (its body parsed, whatever
+        # its content type).
+        stream = body.get("stream") is True
+        if stream and att.get("content_type") != "application/json":
+            ended = not last or response.get("status") != 499
+            data, session = replay_stream(body, options, reads, _last_error(then), ended)
+            now, report = assemble(data), session.report
+        else:
+            fixed, ctx = replay_completion(body, options, b"".join(reads), _last_error(then))
+            report = ctx.report
+            if stream and "error" not in fixed:
+                from .server.app import completion_to_sse  # the proxy's own encoding
+
+                now = assemble(completion_to_sse(fixed))
+            else:
+                now = seen_of_completion(fixed)
+        if not last:
+            then_flags = _asks_again(att.get("report"))
+            now_flags = _asks_again(report_dict(report))
+            if then_flags != now_flags:
+                result.verdict = "changed"
+                result.notes.append(
+                    f"attempt {i + 1} (asked again then): empty, cut-off call, calls "
+                    f"{then_flags} then, {now_flags} now"
+                )
+            continue
+        result.now = now
+        if doc.get("incomplete") or response.get("status") == 499:
+            result.verdict = "incomplete"
+            result.notes.append(
+                "the recording reached its size bound"
+                if doc.get("incomplete")
+                else "the client left before the end"
+            )
+        elif key(now) != key(then):
+            result.verdict = "changed"
+    return result
+
+
+def recordings(paths: Sequence[str | Path]) -> Iterator[Path]:
+    """The recording files named, directories searched (sorted, ``*.json``)."""
+    for p in map(Path, paths):
+        if p.is_dir():
+            yield from sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
+        else:
+            yield p
+
+
+def replay_file(path: Path, **switches: bool) -> Outcome:
+    try:
+        doc = orjson.loads(path.read_bytes())
+        return replay_document(doc, path, **switches)
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        return Outcome(path, "unreadable", notes=[f"{type(exc).__name__}: {exc}"])
+
+
+def render(outcome: Outcome, out: TextIO, verbose: bool = False, width: int = 100) -> None:
+    reasons = ",".join(outcome.reasons) or "-"
+    print(f"{outcome.verdict.upper():<10} {outcome.path}  [{reasons}]", file=out)
+    for note in outcome.notes:
+        print(f"           {note}", file=out)
+    if outcome.then is None or outcome.now is None:
+        return
+    if outcome.verdict != "changed" and not verbose:
+        return
+    col = max(30, (width - 14) // 2)
+    print(f"           {'then':<{col}} │ now", file=out)
+    left = [w for line in describe(outcome.then) for w in textwrap.wrap(line, col) or [""]]
+    right = [w for line in describe(outcome.now) for w in textwrap.wrap(line, col) or [""]]
+    for i in range(max(len(left), len(right))):
+        a = left[i] if i < len(left) else ""
+        b = right[i] if i < len(right) else ""
+        mark = " " if a == b else "!"
+        print(f"         {mark} {a:<{col}} │ {b}", file=out)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="replay recorded upstream replies through today's chain",
+        description=(
+            "Feed the upstream reads kept by 'streamfix serve --record DIR' to today's "
+            "chain, with the request they came with, and show per recording what a "
+            "client gets now against what it got then."
+        ),
+    )
+    p.add_argument("paths", nargs="+", metavar="FILE|DIR", help="recordings, or folders of them")
+    p.add_argument("--check", action="store_true", help="exit 1 on any difference")
+    p.add_argument(
+        "--without",
+        action="append",
+        choices=REPAIRS,
+        default=[],
+        metavar="REPAIR",
+        help=f"replay with this repair switched off ({', '.join(REPAIRS)}); repeatable",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="show what did not change too")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    switches = {name: False for name in args.without}
+    assert set(switches) <= set(Options.__dataclass_fields__)
+    outcomes = [replay_file(p, **switches) for p in recordings(args.paths)]
+    if not outcomes:
+        print("no recordings found", file=out)
+        return 2
+    for outcome in outcomes:
+        render(outcome, out, args.verbose)
+    tally: dict[str, int] = {}
+    for outcome in outcomes:
+        tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
+    print(
+        f"{len(outcomes)} recording(s): " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())),
+        file=out,
+    )
+    return 1 if args.check and any(o.failed for o in outcomes) else 0

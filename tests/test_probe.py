@@ -1,0 +1,197 @@
+"""``streamfix probe`` against scripted loopback backends: one that gets
+everything wrong that streamfix repairs, one that gets everything right,
+and one that is not there."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+import pytest
+
+from streamfix.cli import main
+from streamfix.probe import CASES, probe, render, structured_calls
+
+from .streamutil import chunk, sse
+from .upstream_fake import FakeUpstream, Received, Reply, completion, refusing_url
+
+WINDOW = 4096
+VLLM_MODELS = {
+    "/v1/models": {
+        "object": "list",
+        "data": [{"id": "tiny", "object": "model", "owned_by": "vllm", "max_model_len": WINDOW}],
+    }
+}
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def _reply(
+    body: dict[str, Any], content: str | None, calls: list[dict[str, Any]] | None = None
+) -> Reply:
+    """``content`` and structured ``calls`` as the request asked: streamed
+    (calls in pieces, the name in every piece when ``repeat``) or whole."""
+    calls = calls or []
+    if not body.get("stream"):
+        msg_calls = [
+            {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for i, c in enumerate(calls)
+        ]
+        return Reply.json(completion(content, msg_calls or None))
+    chunks = [chunk(role="assistant", content="")]
+    if content:
+        chunks += [chunk(content[i : i + 7]) for i in range(0, len(content), 7)]
+    for i, c in enumerate(calls):
+        args = c["arguments"]
+        for j in range(0, len(args), 5):
+            frag = {"arguments": args[j : j + 5]}
+            if c.get("repeat") or j == 0:
+                frag["name"] = c["name"]
+            chunks.append(chunk(tool_calls=[{"index": i, "id": f"c{i}", "function": frag}]))
+    chunks.append(chunk(finish="tool_calls" if calls else "stop"))
+    return Reply.stream(sse(chunks))
+
+
+def bad_backend(rec: Received) -> Reply:
+    """Every fault streamfix repairs: calls as text (two shapes), the name
+    repeated in every delta, markup left in a plain reply, a loop,
+    ``<think>`` in content, a 400 for max_tokens over the window."""
+    body = rec.body
+    text = _last_user(body)
+    if body.get("max_tokens", 0) > WINDOW:
+        msg = (
+            f"This model's maximum context length is {WINDOW} tokens. However, you requested more."
+        )
+        return Reply.error(400, msg, "context_length_exceeded")
+    if "Paris and in Tokyo" in text:
+        return _reply(
+            body,
+            None,
+            [
+                {"name": "get_weather", "arguments": '{"city": "Paris"}', "repeat": True},
+                {"name": "get_weather", "arguments": '{"city": "Tokyo"}', "repeat": True},
+            ],
+        )
+    if "Paris" in text:
+        return _reply(body, "<function=get_weather><parameter=city>Paris</parameter></function>")
+    if "hello" in text:
+        return _reply(body, "Hello there!<|im_end|>")
+    if "facts" in text:
+        return _reply(body, "Facts:\n" + "The sea is wide and deep.\n" * 40)
+    if "17 times 3" in text:
+        return _reply(body, "<think>17 times 3 is 51.</think>51")
+    return _reply(body, "Red, green and blue.")
+
+
+def good_backend(rec: Received) -> Reply:
+    """What a backend that needs no streamfix does."""
+    body = rec.body
+    text = _last_user(body)
+    call = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    if body.get("max_tokens", 0) > WINDOW:
+        return _reply(body, "OK")  # it clamps by itself
+    if "Paris and in Tokyo" in text:
+        return _reply(body, None, [call, {**call, "arguments": '{"city": "Tokyo"}'}])
+    if "Paris" in text:
+        return _reply(body, None, [call])
+    if "17 times 3" in text and body.get("stream"):
+        chunks = [chunk(reasoning="17 times 3 is 51."), chunk("51"), chunk(finish="stop")]
+        return Reply.stream(sse(chunks))
+    return _reply(body, "Fine, thanks. " * 5)
+
+
+def rows_by(result: Any) -> dict[tuple[str, bool], Any]:
+    return {(r.case.key, r.stream): r for r in result.rows}
+
+
+async def test_a_backend_that_needs_streamfix() -> None:
+    async with FakeUpstream(handler=bad_backend, routes=VLLM_MODELS) as up:
+        result = await probe(up.url)
+    assert (result.engine, result.window, result.model) == ("vllm", WINDOW, "tiny")
+    assert len(result.rows) == 2 * len(CASES)
+    rows = rows_by(result)
+    for stream in (True, False):
+        call = rows[("call", stream)]
+        assert call.did == ["call as text (qwen_xml)"] and call.fixed == ["1 call(s) lifted"]
+        assert not call.left
+        no_call = rows[("no_call", stream)]
+        assert no_call.did == [
+            "markup in content (special_token)",
+            "unrecognised markup '<|im_end|>'",
+        ]
+        assert no_call.fixed == ["markup stripped"]
+        loop = rows[("long", stream)]
+        assert loop.did[0].startswith("loop (period ") and loop.fixed == ["loop cut"]
+        think = rows[("reasoning", stream)]
+        assert "<think> in content" in think.did
+        over = rows[("over_window", stream)]
+        assert over.did[0].startswith("HTTP 400: This model's maximum context length is 4096")
+        [clamped] = over.fixed
+        assert clamped.startswith("max_tokens clamped to ")
+        assert 256 <= int(clamped.rsplit(" ", 1)[1]) < WINDOW - 64
+        assert not rows[("plain", stream)].did and not rows[("plain", stream)].fixed
+    two = rows[("two_calls", True)]
+    assert "name repeated in every delta" in two.did and "deltas joined once" in two.fixed
+    assert "arguments split over deltas" in two.did and not two.left
+    assert rows[("two_calls", False)].did == ["2 structured call(s)"]
+    assert result.needs_streamfix
+    out = io.StringIO()
+    render(result, out)
+    text = out.getvalue()
+    assert "| tools, a call wanted | stream | call as text (qwen_xml) | 1 call(s) lifted |" in text
+    assert "this backend needs it" in text
+
+
+async def test_a_backend_that_needs_nothing() -> None:
+    async with FakeUpstream(handler=good_backend, routes=VLLM_MODELS) as up:
+        result = await probe(up.url, model="tiny")
+    rows = rows_by(result)
+    assert not result.needs_streamfix, [(r.case.key, r.did, r.fixed) for r in result.rows]
+    assert rows[("reasoning", True)].did == ["reasoning in its own field"]
+    assert rows[("two_calls", True)].did == ["2 structured call(s)", "arguments split over deltas"]
+    assert all(not r.left for r in result.rows)
+    out = io.StringIO()
+    render(result, out)
+    assert "does not need streamfix" in out.getvalue()
+
+
+@pytest.mark.parametrize(("handler", "status"), [(bad_backend, 1), (good_backend, 0)])
+async def test_exit_status_says_whether_the_backend_needs_streamfix(
+    handler: Any, status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with FakeUpstream(handler=handler, routes=VLLM_MODELS) as up:
+        code = await asyncio.to_thread(main, ["probe", "--upstream", up.url])
+    assert code == status
+    assert "| request | mode | the backend did | behind streamfix |" in capsys.readouterr().out
+
+
+def test_a_backend_that_is_not_there(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["probe", "--upstream", refusing_url()]) == 2
+    assert "no reply (ClientConnectorError)" in capsys.readouterr().out
+
+
+def test_structured_calls_counts_pieces_and_repeated_names() -> None:
+    frag = {"index": 0, "function": {"name": "f", "arguments": "{"}}
+    events = [
+        chunk(tool_calls=[frag]),
+        chunk(tool_calls=[{"index": 0, "function": {"arguments": "}"}}]),
+        chunk(tool_calls=[{"index": 1, "function": {"name": "g", "arguments": "{}"}}]),
+    ]
+    assert structured_calls(events) == (2, True, False)
+    assert structured_calls([chunk(tool_calls=[frag]), chunk(tool_calls=[frag])]) == (1, True, True)
+    assert structured_calls([chunk("text")]) == (0, False, False)
+
+
+def test_cases_put_max_tokens_over_the_window() -> None:
+    from streamfix.probe import cases
+
+    over = {c.key: c for c in cases(2048)}["over_window"]
+    assert over.body["max_tokens"] == 4096
+    assert {c.key: c for c in cases(None)}["over_window"].body["max_tokens"] == 1_000_000
