@@ -20,10 +20,12 @@ from aiohttp import web
 from ..errors import RequestError
 from ..wire import Door
 from ..wire.messages import MessagesDoor, reshape_error
+from ..wire.responses import ResponsesDoor
 from .app import PROXY, Handler, Proxy, validate_chat
 from .budget import estimate_prompt_tokens
 
 MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 
 #: Door path -> how an OpenAI-shaped error body becomes the door's.
@@ -87,4 +89,5 @@ def add_doors(app: web.Application) -> None:
     """The door routes (the proxy is ``app[PROXY]``); ``door_errors_mw``
     must be among the app's middlewares, outermost."""
     app.router.add_post(MESSAGES, door_handler(MessagesDoor))
+    app.router.add_post(RESPONSES, door_handler(ResponsesDoor))
     app.router.add_post(COUNT_TOKENS, count_tokens)

@@ -23,6 +23,11 @@ import orjson
 from ..sse import DONE, SSEDecoder, SSEEvent
 
 
+def sse_event(name: str, payload: dict[str, Any]) -> bytes:
+    """One named SSE event (``event:`` then ``data:``), as both doors send."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
 def new_id(prefix: str) -> str:
     """A fresh id in the door's style (``msg_…``, ``resp_…``, ``fc_…``)."""
     return prefix + os.urandom(12).hex()

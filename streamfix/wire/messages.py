@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import RequestError
-from .chat import TurnEncoder, json_text, merge_system, new_id
+from .chat import TurnEncoder, json_text, merge_system, new_id, sse_event
 
 #: HTTP status -> Anthropic error type (their error shape's ``type``).
 ERROR_TYPES = {
@@ -75,11 +75,7 @@ def reshape_error(status: int, body: bytes) -> bytes:
     return error_body(status, message)
 
 
-def _event(name: str, payload: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-_PING = _event("ping", {"type": "ping"})
+_PING = sse_event("ping", {"type": "ping"})
 
 
 # -- request ---------------------------------------------------------------
@@ -309,7 +305,7 @@ class MessagesEncoder(TurnEncoder):
         self._block_of_call: dict[int, int] = {}
 
     def _emit(self, name: str, payload: dict[str, Any]) -> None:
-        self.out.append(_event(name, payload))
+        self.out.append(sse_event(name, payload))
 
     def _begin(self, kind: str, block: dict[str, Any]) -> None:
         self._close_block()
