@@ -408,3 +408,41 @@ async def test_raw_event_sequence(stack: Stack) -> None:
     assert [e["type"] for e in events] == names
     assert events[5]["content_block"]["type"] == "tool_use"
     assert events[6]["delta"]["type"] == "input_json_delta"
+
+
+# -- the proxy's paths, through the door ------------------------------------------
+
+
+async def test_a_reply_asked_again_reaches_the_client_once(stack: Stack) -> None:
+    """The first reply is empty after repair (only markup): the proxy asks
+    again; the encoder sees only the reply that was sent."""
+    up, px, _ = stack
+    up.push(Reply.stream(text_stream(["<tool_call>", "</tool_call>"])))
+    up.push(Reply.stream(text_stream(["second"])))
+    body = {"model": "m", "max_tokens": 50, "stream": True, "messages": USER}
+    body["tools"] = [WRITE_TOOL]
+    async with aiohttp.ClientSession() as s, s.post(px.url + "/messages", json=body) as r:
+        data = await r.read()
+    assert len(up.chat_requests) == 2
+    assert data.count(b"event: message_start") == 1 and data.count(b"event: message_stop") == 1
+    assert b'"text":"second"' in data
+
+
+async def test_upstream_ignoring_stream_is_encoded_as_a_stream(stack: Stack) -> None:
+    up, _, client = stack
+    up.push(Reply.json(completion("I'll write it.\n" + HERMES_CALL)))
+    msg = await stream_final(client, tools=[WRITE_TOOL])
+    assert [b.type for b in msg.content] == ["text", "tool_use"]
+
+
+async def test_no_upstream_is_a_502_in_anthropic_shape() -> None:
+    from .upstream_fake import refusing_url
+
+    async with AppServer(proxy_app(refusing_url(), retries=0)) as px:
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=px.root, max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as info:
+            await stream_final(client)
+        await client.close()
+    assert info.value.status_code == 502
+    body = info.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "api_error"

@@ -157,7 +157,9 @@ def _assistant(content: Any, where: str) -> dict[str, Any]:
                 }
             )
         # thinking / redacted_thinking: earlier reasoning is not sent back
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    # no text: null beside calls (as chat clients send it), else "" (some
+    # servers refuse an assistant message with neither)
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
     if calls:
         msg["tool_calls"] = calls
     return msg
