@@ -18,9 +18,38 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
 import orjson
 
+from ..chunks import ChoiceView, DeltaView, view_of
 from ..sse import DONE, SSEDecoder, SSEEvent
+
+
+class _TurnView(msgspec.Struct, gc=False):
+    """What the encoders read of a chunk: the chain's views of the choices
+    (``chunks.ChoiceView``), and usage and error, which the chain does not
+    own. Other fields are skipped by the decoder, never materialised."""
+
+    choices: list[ChoiceView] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+_decode = msgspec.json.Decoder(_TurnView).decode
+
+
+def _view(payload: bytes) -> _TurnView | None:
+    try:
+        return _decode(payload)
+    except msgspec.ValidationError:  # odd field types: the chain's loose read
+        obj = orjson.loads(payload)
+        if not isinstance(obj, dict):
+            return None
+        usage = obj.get("usage")
+        view = view_of(obj)
+        return _TurnView(view.choices, usage if isinstance(usage, dict) else None, view.error)
+    except msgspec.DecodeError:
+        return None
 
 
 def sse_event(name: str, payload: dict[str, Any]) -> bytes:
@@ -66,14 +95,11 @@ class TurnEncoder:
     def feed_completion(self, completion: dict[str, Any]) -> None:
         """A whole repaired ``chat.completion`` through the same hooks."""
         self._start()
-        choices = completion.get("choices")
-        ch = choices[0] if isinstance(choices, list) and choices else None
-        if isinstance(ch, dict):
-            msg = ch.get("message")
-            if isinstance(msg, dict):
-                self._delta(msg)
-            if ch.get("finish_reason"):
-                self.finish_reason = ch["finish_reason"]
+        for ch in view_of(completion).choices or ():
+            if ch.index == 0:
+                if ch.message is not None:
+                    self._delta(ch.message)
+                self.finish_reason = ch.finish_reason or self.finish_reason
         usage = completion.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -92,13 +118,10 @@ class TurnEncoder:
             self.over = True
             self.on_done()
             return
-        try:
-            obj = orjson.loads(ev.data)
-        except orjson.JSONDecodeError:
+        view = _view(ev.data)
+        if view is None:
             return
-        if not isinstance(obj, dict):
-            return
-        err = obj.get("error")
+        err = view.error
         if err:
             self.over = True
             if not isinstance(err, dict):
@@ -109,41 +132,31 @@ class TurnEncoder:
                 err.get("code"),
             )
             return
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        for ch in obj.get("choices") or ():
-            if not isinstance(ch, dict) or ch.get("index", 0) != 0:
+        if view.usage is not None:
+            self.usage = view.usage
+        for ch in view.choices or ():
+            if ch.index != 0:
                 continue
-            delta = ch.get("delta")
-            if isinstance(delta, dict):
-                self._delta(delta)
-            if ch.get("finish_reason"):
-                self.finish_reason = ch["finish_reason"]
+            if ch.delta is not None:
+                self._delta(ch.delta)
+            if ch.finish_reason:
+                self.finish_reason = ch.finish_reason
 
-    def _delta(self, delta: dict[str, Any]) -> None:
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
+    def _delta(self, delta: DeltaView) -> None:
+        reasoning = delta.reasoning_content or delta.reasoning
+        if reasoning:
             self.on_reasoning(reasoning)
-        text = delta.get("content")
-        if isinstance(text, str) and text:
-            self.on_text(text)
-        calls = delta.get("tool_calls")
-        if not isinstance(calls, list):
-            return
-        for pos, tc in enumerate(calls):
-            if not isinstance(tc, dict):
-                continue
-            index = tc.get("index", pos)
-            fn = tc.get("function")
-            fn = fn if isinstance(fn, dict) else {}
+        if delta.content:
+            self.on_text(delta.content)
+        for pos, tc in enumerate(delta.tool_calls or ()):
+            index = pos if tc.index is None else tc.index
+            fn = tc.function
             if index not in self._calls:
                 self._calls.add(index)
-                call_id = tc.get("id") or new_id("call_")
-                self.on_call(index, str(call_id), str(fn.get("name") or ""))
-            args = fn.get("arguments")
-            if isinstance(args, str) and args:
-                self.on_arguments(index, args)
+                name = fn.name if fn is not None and fn.name else ""
+                self.on_call(index, tc.id or new_id("call_"), name)
+            if fn is not None and fn.arguments:
+                self.on_arguments(index, fn.arguments)
 
     def _start(self) -> None:
         if not self.started:

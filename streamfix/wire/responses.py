@@ -60,6 +60,11 @@ MAX_GRAMMAR_CHARS = 4000
 _EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 _KEEPALIVE = b": keep-alive\n\n"
+#: An ``output_text.delta`` event up to its text (the item's id and index).
+_TEXT_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    b'"item_id":"%s","output_index":%d,"content_index":0,"logprobs":[],"delta":'
+)
 
 
 def _add(counts: dict[str, int], kind: str) -> None:
@@ -347,7 +352,7 @@ class ResponsesDoor:
 class _Item:
     """An output item being streamed: its place, its dict, its text."""
 
-    __slots__ = ("data", "index", "kind", "parts", "tool")
+    __slots__ = ("data", "head", "index", "kind", "parts", "tool")
 
     def __init__(self, index: int, kind: str, data: dict[str, Any], tool: _Tool | None) -> None:
         self.index = index
@@ -355,6 +360,8 @@ class _Item:
         self.data = data
         self.parts: list[str] = []
         self.tool = tool
+        #: A message's text delta event up to its text (``on_text``).
+        self.head = b""
 
 
 class ResponsesEncoder(TurnEncoder):
@@ -491,7 +498,7 @@ class ResponsesEncoder(TurnEncoder):
     def on_text(self, text: str) -> None:
         item = self._open
         if item is None or item.kind != "message":
-            data = {
+            data: dict[str, Any] = {
                 "id": new_id("msg_"),
                 "type": "message",
                 "role": "assistant",
@@ -502,16 +509,14 @@ class ResponsesEncoder(TurnEncoder):
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             ref = {"item_id": data["id"], "output_index": item.index, "content_index": 0}
             self._emit("response.content_part.added", {**ref, "part": part})
+            # the hot path: one delta per chunk, the bytes around the text
+            # and the sequence number made once per item
+            item.head = _TEXT_HEAD % (data["id"].encode(), item.index)
         item.parts.append(text)
-        self._emit(
-            "response.output_text.delta",
-            {
-                "item_id": item.data["id"],
-                "output_index": item.index,
-                "content_index": 0,
-                "delta": text,
-                "logprobs": [],
-            },
+        seq = self.seq
+        self.seq = seq + 1
+        self.out.append(
+            item.head + orjson.dumps(text) + b',"sequence_number":' + str(seq).encode() + b"}\n\n"
         )
 
     def on_call(self, index: int, call_id: str, name: str) -> None:
