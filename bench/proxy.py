@@ -390,14 +390,26 @@ async def _stream(
                         first.append((t - t_req) / 1000)
     check.text("".join(text), chunks)
     if alike is not None and lat is not None:
-        async with session.get(f"{alike[0]}/sent/{alike[1]}") as r:
-            sent: list[int] = await r.json()
-        if len(sent) != len(arrivals):
-            check.bad_text += 1  # not one arrival per chunk sent: reported BAD
-        else:
-            pairs = enumerate(zip(arrivals, sent, strict=True))
-            lat.extend((i, (a - t) / 1000) for i, (a, t) in pairs)
+        await _pair_sent(session, alike, arrivals, lat, check)
     return n
+
+
+async def _pair_sent(
+    session: aiohttp.ClientSession,
+    alike: tuple[str, str],
+    arrivals: list[int],
+    lat: list[tuple[int, float]],
+    check: _Check,
+) -> None:
+    """Latencies (chunk number, µs) into ``lat``: each arrival paired by
+    position with the send time the upstream kept for stream ``alike``."""
+    async with session.get(f"{alike[0]}/sent/{alike[1]}") as r:
+        sent: list[int] = await r.json()
+    if len(sent) != len(arrivals):
+        check.bad_text += 1  # not one arrival per chunk sent: reported BAD
+    else:
+        pairs = enumerate(zip(arrivals, sent, strict=True))
+        lat.extend((i, (a - t) / 1000) for i, (a, t) in pairs)
 
 
 async def _chain_time(url: str) -> dict[str, float]:
@@ -487,13 +499,7 @@ async def _door_stream(
                 arrivals.append(t)
     check.text("".join(text), chunks)
     if alike is not None and lat is not None:
-        async with session.get(f"{alike[0]}/sent/{alike[1]}") as r:
-            sent: list[int] = await r.json()
-        if len(sent) != len(arrivals):
-            check.bad_text += 1
-        else:
-            pairs = enumerate(zip(arrivals, sent, strict=True))
-            lat.extend((i, (a - t) / 1000) for i, (a, t) in pairs)
+        await _pair_sent(session, alike, arrivals, lat, check)
     return n
 
 

@@ -13,7 +13,7 @@ import anthropic
 import orjson
 import pytest
 
-from .streamutil import chunk, sse, text_stream
+from .streamutil import chunk, sse, text_stream, with_usage
 from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 
 WRITE_TOOL: dict[str, Any] = {
@@ -47,12 +47,6 @@ async def stack() -> AsyncIterator[Stack]:
             await client.close()
 
 
-def with_usage(data: bytes) -> bytes:
-    """``data`` (an SSE stream ending in [DONE]) with a usage chunk before the end."""
-    usage = sse([{**chunk(), "choices": [], "usage": USAGE}], done=False)
-    return data.replace(b"data: [DONE]\n\n", usage + b"data: [DONE]\n\n")
-
-
 async def stream_final(client: anthropic.AsyncAnthropic, **kw: Any) -> Any:
     kw.setdefault("model", "qwen3-coder")
     kw.setdefault("max_tokens", 1024)
@@ -66,7 +60,7 @@ async def stream_final(client: anthropic.AsyncAnthropic, **kw: Any) -> Any:
 
 async def test_stream_plain_answer(stack: Stack) -> None:
     up, _, client = stack
-    up.push(Reply.stream(with_usage(text_stream(["Hel", "lo ", "wörld 🌍"]))))
+    up.push(Reply.stream(with_usage(text_stream(["Hel", "lo ", "wörld 🌍"]), USAGE)))
     msg = await stream_final(client)
     assert [b.type for b in msg.content] == ["text"]
     assert msg.content[0].text == "Hello wörld 🌍"

@@ -13,7 +13,7 @@ import openai
 import orjson
 import pytest
 
-from .streamutil import chunk, sse, text_stream
+from .streamutil import chunk, sse, text_stream, with_usage
 from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 
 EXEC_TOOL: dict[str, Any] = {
@@ -69,11 +69,6 @@ async def stack() -> AsyncIterator[Stack]:
             await client.close()
 
 
-def with_usage(data: bytes) -> bytes:
-    usage = sse([{**chunk(), "choices": [], "usage": USAGE}], done=False)
-    return data.replace(b"data: [DONE]\n\n", usage + b"data: [DONE]\n\n")
-
-
 async def stream_final(client: openai.AsyncOpenAI, **kw: Any) -> tuple[Any, list[str]]:
     kw.setdefault("model", "qwen3-coder")
     kw.setdefault("input", "hi")
@@ -89,7 +84,7 @@ async def stream_final(client: openai.AsyncOpenAI, **kw: Any) -> tuple[Any, list
 
 async def test_stream_plain_answer(stack: Stack) -> None:
     up, _, client = stack
-    up.push(Reply.stream(with_usage(text_stream(["Hel", "lo ", "wörld 🌍"]))))
+    up.push(Reply.stream(with_usage(text_stream(["Hel", "lo ", "wörld 🌍"]), USAGE)))
     resp, types = await stream_final(client)
     assert resp.output_text == "Hello wörld 🌍" and resp.status == "completed"
     assert resp.usage is not None

@@ -22,6 +22,7 @@ import msgspec
 import orjson
 
 from ..chunks import ChoiceView, DeltaView, view_of
+from ..errors import RequestError
 from ..sse import DONE, SSEDecoder, SSEEvent
 
 
@@ -214,6 +215,31 @@ def merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if system:
         rest.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return rest
+
+
+def model_of(body: Any) -> str:
+    """The request's model; RequestError unless ``body`` is an object with one."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' is required", param="model")
+    return model
+
+
+def pass_on(body: dict[str, Any], chat: dict[str, Any], sampling: tuple[str, ...]) -> bool:
+    """Copy what a door passes on as is into ``chat``: the ``sampling``
+    numbers, and ``stream`` (asking for usage in the stream: the doors
+    report it at the end). Returns whether the reply is streamed."""
+    for key in sampling:
+        value = body.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            chat[key] = value
+    stream = body.get("stream") is True
+    chat["stream"] = stream
+    if stream:
+        chat["stream_options"] = {"include_usage": True}
+    return stream
 
 
 def json_text(value: Any) -> str:

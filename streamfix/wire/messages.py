@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import RequestError
-from .chat import TurnEncoder, json_text, merge_system, new_id, sse_event
+from .chat import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
 #: HTTP status -> Anthropic error type (their error shape's ``type``).
 ERROR_TYPES = {
@@ -224,11 +224,7 @@ class MessagesDoor:
     body is not a usable Messages request."""
 
     def __init__(self, body: Any) -> None:
-        if not isinstance(body, dict):
-            raise RequestError("request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise RequestError("'model' is required", param="model")
+        model = model_of(body)
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
             raise RequestError("'messages' must be a non-empty array of objects", param="messages")
@@ -268,16 +264,10 @@ class MessagesDoor:
         stop = body.get("stop_sequences")
         if isinstance(stop, list) and stop:
             chat["stop"] = stop
-        for key in ("temperature", "top_p", "top_k"):
-            if isinstance(body.get(key), int | float):
-                chat[key] = body[key]
         effort = _effort(body)
         if effort is not None:
             chat["reasoning_effort"] = effort
-        self.stream = body.get("stream") is True
-        chat["stream"] = self.stream
-        if self.stream:
-            chat["stream_options"] = {"include_usage": True}
+        self.stream = pass_on(body, chat, ("temperature", "top_p", "top_k"))
         self.chat_body = chat
 
     def encoder(self) -> MessagesEncoder:

@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 
 from ..errors import RequestError
-from .chat import TurnEncoder, json_text, merge_system, new_id, sse_event
+from .chat import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
 #: Joins a namespace and a nested tool's name into the chat function name.
 NAMESPACE_SEP = "__"
@@ -119,11 +119,7 @@ class ResponsesDoor:
     docstring). Raises RequestError (a 400) when it cannot be served."""
 
     def __init__(self, body: Any) -> None:
-        if not isinstance(body, dict):
-            raise RequestError("request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise RequestError("'model' is required", param="model")
+        model = model_of(body)
         for key in ("previous_response_id", "conversation"):
             if body.get(key):
                 raise RequestError(
@@ -166,19 +162,13 @@ class ResponsesDoor:
                     "'max_output_tokens' must be a positive integer", param="max_output_tokens"
                 )
             chat["max_tokens"] = limit
-        for key in ("temperature", "top_p"):
-            if isinstance(body.get(key), int | float):
-                chat[key] = body[key]
         reasoning = body.get("reasoning")
         if isinstance(reasoning, dict) and reasoning.get("effort") in _EFFORTS:
             chat["reasoning_effort"] = _EFFORTS[reasoning["effort"]]
         fmt = self._format(body.get("text"))
         if fmt is not None:
             chat["response_format"] = fmt
-        self.stream = body.get("stream") is True
-        chat["stream"] = self.stream
-        if self.stream:
-            chat["stream_options"] = {"include_usage": True}
+        self.stream = pass_on(body, chat, ("temperature", "top_p"))
         self.chat_body = chat
         self.echo = {
             "instructions": body.get("instructions"),

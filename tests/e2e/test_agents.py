@@ -21,11 +21,12 @@ from typing import Any
 import orjson
 import pytest
 
-from streamfix.local import AppThread, LocalServer, available
+from streamfix.local import AppThread, LocalServer
 from tests.streamutil import text_stream
 from tests.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
 
 from .agents import agent_bin, run_claude, run_codex
+from .conftest import need_local_server
 
 pytestmark = pytest.mark.e2e
 
@@ -118,14 +119,7 @@ AGENT_N_CTX = 24576
 
 @pytest.fixture(scope="module")
 def big_llama() -> Iterator[LocalServer]:
-    from streamfix.local import INSTALL_HINT
-
-    if not available():
-        import os
-
-        if os.environ.get("STREAMFIX_E2E") == "require":
-            pytest.fail(f"the local model server is not installed; {INSTALL_HINT}")
-        pytest.skip(f"the local model server is not installed; {INSTALL_HINT}")
+    need_local_server()
     with LocalServer(n_ctx=AGENT_N_CTX) as server:
         yield server
 
