@@ -427,3 +427,20 @@ async def test_max_output_tokens_is_clamped_to_the_window() -> None:
         await client.responses.create(model="m", input="hi", max_output_tokens=65536)
         await client.close()
     assert up.chat_requests[0].body["max_tokens"] < 4096
+
+
+async def test_keepalive_while_a_call_is_held_is_an_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy holds a call written as text until it is whole; meanwhile
+    the client sees in_progress events (not comments, which idle timers
+    of clients such as Codex do not count)."""
+    from streamfix.server import app as app_module
+
+    monkeypatch.setattr(app_module, "KEEPALIVE_INTERVAL", 0.02)
+    call = hermes("exec_command", {"cmd": "ls"})
+    slow = Reply.events(text_stream([call[i : i + 8] for i in range(0, len(call), 8)]), delay=0.01)
+    async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url)) as px:
+        client = openai.AsyncOpenAI(api_key="k", base_url=px.url, max_retries=0)
+        resp, types = await stream_final(client, tools=[EXEC_TOOL])
+        await client.close()
+    assert types.count("response.in_progress") >= 3
+    assert [o.type for o in resp.output] == ["function_call"]

@@ -132,6 +132,18 @@ def test_messages_keepalive_is_a_ping_and_an_error_ends_the_stream() -> None:
     assert enc.feed(DONE_EVENT) == b""  # nothing after the error
 
 
+def test_responses_keepalive_is_an_in_progress_event() -> None:
+    enc = responses_door().encoder()
+    events = normalised(enc.feed(b": keep-alive\n\n") + enc.feed(b": keep-alive\n\n"))
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.in_progress",
+        "response.in_progress",
+    ]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2, 3]
+
+
 def test_responses_error_is_failed_then_an_error_the_sdk_raises() -> None:
     enc = responses_door().encoder()
     out = enc.feed(b'data: {"error":{"message":"gone","type":"upstream_error","code":"x"}}\n\n')

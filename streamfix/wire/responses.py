@@ -32,7 +32,8 @@ Reply side (``ResponsesEncoder``, sans-I/O): ``response.created``,
 text ``content_part.added`` / ``.done`` and ``output_text.delta`` /
 ``.done``, for calls ``function_call_arguments.delta`` / ``.done`` (or
 ``custom_tool_call_input.*``), for reasoning ``reasoning_text.delta`` /
-``.done``; then ``response.completed`` with usage, ``response.incomplete``
+``.done``; a keep-alive while the proxy holds output is another
+``response.in_progress``; then ``response.completed`` with usage, ``response.incomplete``
 when the token limit or a cut loop ended the turn, ``response.failed`` and
 an ``error`` event (the OpenAI SDK raises it) when the upstream failed.
 Every event has a ``sequence_number``. The contract is what
@@ -59,7 +60,6 @@ MAX_GRAMMAR_CHARS = 4000
 #: ``reasoning.effort`` -> the chat field's values (servers know three).
 _EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
-_KEEPALIVE = b": keep-alive\n\n"
 #: An ``output_text.delta`` event up to its text (the item's id and index).
 _TEXT_HEAD = (
     b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
@@ -464,7 +464,10 @@ class ResponsesEncoder(TurnEncoder):
         self._emit("response.in_progress", {"response": self.response("in_progress")})
 
     def on_keepalive(self) -> None:
-        self.out.append(_KEEPALIVE)
+        # An event, not a comment: clients time out on silence between
+        # events (Codex's stream_idle_timeout_ms) while the proxy holds a
+        # call. The API has no ping; in_progress is one it already sent.
+        self._emit("response.in_progress", {"response": self.response("in_progress", output=[])})
 
     def on_reasoning(self, text: str) -> None:
         item = self._open
