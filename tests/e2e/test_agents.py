@@ -1,7 +1,8 @@
 """Claude Code and Codex CLI through ``streamfix serve``, end to end.
 
 Against a scripted chat-completions upstream whose model writes its tool
-call as text (Hermes tags, or a fenced JSON object) and answers in prose
+call as text (Hermes tags, or a fenced JSON object; once after reasoning)
+and answers in prose
 once it has the tool's result: the agent must run the tool (the file is
 written) and print the prose. Without the doors the agents get a 404; with
 the doors but without the repair they would print the call's text.
@@ -22,7 +23,7 @@ import orjson
 import pytest
 
 from streamfix.local import AppThread, LocalServer
-from tests.streamutil import text_stream
+from tests.streamutil import chunk, sse, text_stream
 from tests.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
 
 from .agents import agent_bin, run_claude, run_codex
@@ -34,11 +35,17 @@ CONTENT = "written by streamfix"
 PROSE = ["I created ", "the file."]
 
 
+#: How the scripted model writes its call: Hermes tags after a sentence; a
+#: fenced JSON object; Hermes tags after reasoning streamed in
+#: ``reasoning_content`` (returned as thinking blocks / a reasoning item).
+SHAPES = ["hermes", "fenced", "reasoning"]
+
+
 def as_text(shape: str, name: str, arguments: dict[str, Any]) -> str:
     call = orjson.dumps({"name": name, "arguments": arguments}).decode()
-    if shape == "hermes":
-        return f"I'll do that now.\n<tool_call>\n{call}\n</tool_call>"
-    return f"```json\n{call}\n```"
+    if shape == "fenced":
+        return f"```json\n{call}\n```"
+    return f"I'll do that now.\n<tool_call>\n{call}\n</tool_call>"
 
 
 def scripted(shape: str, name: str, arguments: dict[str, Any]) -> Callable[[Received], Reply]:
@@ -50,7 +57,10 @@ def scripted(shape: str, name: str, arguments: dict[str, Any]) -> Callable[[Rece
         if any(m.get("role") == "tool" for m in messages):
             return Reply.stream(text_stream(PROSE))
         text = as_text(shape, name, arguments)
-        return Reply.stream(text_stream([text[i : i + 7] for i in range(0, len(text), 7)]))
+        pieces = [chunk(text[i : i + 7]) for i in range(0, len(text), 7)]
+        if shape == "reasoning":
+            pieces[:0] = [chunk(reasoning="The user wants "), chunk(reasoning="a file.")]
+        return Reply.stream(sse([chunk(role="assistant"), *pieces, chunk(finish="stop")]))
 
     return reply
 
@@ -69,7 +79,7 @@ def check_requests(up: FakeUpstream, tool: str) -> None:
     assert turn2[-1]["role"] == "tool"
 
 
-@pytest.mark.parametrize("shape", ["hermes", "fenced"])
+@pytest.mark.parametrize("shape", SHAPES)
 async def test_claude_code_runs_a_call_written_as_text(shape: str, tmp_path: Path) -> None:
     agent_bin("claude")
     target = tmp_path / "work" / "hello.txt"
@@ -89,7 +99,7 @@ async def test_claude_code_runs_a_call_written_as_text(shape: str, tmp_path: Pat
     check_requests(up, "Write")
 
 
-@pytest.mark.parametrize("shape", ["hermes", "fenced"])
+@pytest.mark.parametrize("shape", SHAPES)
 async def test_codex_runs_a_call_written_as_text(shape: str, tmp_path: Path) -> None:
     agent_bin("codex")
     work = tmp_path / "work"
