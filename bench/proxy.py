@@ -23,6 +23,15 @@ event loop, no repair), and ``streamfix serve``. In one run:
   asked (``--logprobs``: stamped chunks like the latency run's instead).
 - **Vendor fields.** Every chunk's unowned fields (``system_fingerprint``,
   ``logprobs``, ``x_vendor``, the stamp) must reach the client unchanged.
+- **The front doors** (``--no-doors`` skips them). The same streams through
+  streamfix's ``/v1/messages`` and ``/v1/responses``, in the same rounds:
+  latency per chunk (chunks alike around the content, timed by the send
+  times the upstream keeps: the doors' events carry no vendor stamp; one
+  text delta event per chunk) and throughput (text delta events per
+  second). Reported: what each door adds over the direct path, as a
+  multiple of what ``/v1/chat/completions`` adds (target: within 1.3x).
+  The bench parameters reach the upstream in an ``X-Bench`` header, which
+  the proxy forwards (the doors' translation keeps no unknown body field).
 
 Both are measured in ``--rounds`` rounds (15) that take the paths in turn,
 so a slow moment of the machine falls on all of them; medians are reported.
@@ -198,6 +207,8 @@ async def _sent_handler(request: web.Request) -> web.Response:
 
 async def _upstream_handler(request: web.Request) -> web.StreamResponse:
     body = await request.json()
+    if "X-Bench" in request.headers:  # a front door's request (see the docstring)
+        body.update(json.loads(request.headers["X-Bench"]))
     n = int(body.get("x_chunks", 200))
     pace = float(body.get("x_pace_ms", 0)) / 1000
     thinking = n // 2 if body.get("x_reasoning") else 0
@@ -379,14 +390,26 @@ async def _stream(
                         first.append((t - t_req) / 1000)
     check.text("".join(text), chunks)
     if alike is not None and lat is not None:
-        async with session.get(f"{alike[0]}/sent/{alike[1]}") as r:
-            sent: list[int] = await r.json()
-        if len(sent) != len(arrivals):
-            check.bad_text += 1  # not one arrival per chunk sent: reported BAD
-        else:
-            pairs = enumerate(zip(arrivals, sent, strict=True))
-            lat.extend((i, (a - t) / 1000) for i, (a, t) in pairs)
+        await _pair_sent(session, alike, arrivals, lat, check)
     return n
+
+
+async def _pair_sent(
+    session: aiohttp.ClientSession,
+    alike: tuple[str, str],
+    arrivals: list[int],
+    lat: list[tuple[int, float]],
+    check: _Check,
+) -> None:
+    """Latencies (chunk number, µs) into ``lat``: each arrival paired by
+    position with the send time the upstream kept for stream ``alike``."""
+    async with session.get(f"{alike[0]}/sent/{alike[1]}") as r:
+        sent: list[int] = await r.json()
+    if len(sent) != len(arrivals):
+        check.bad_text += 1  # not one arrival per chunk sent: reported BAD
+    else:
+        pairs = enumerate(zip(arrivals, sent, strict=True))
+        lat.extend((i, (a - t) / 1000) for i, (a, t) in pairs)
 
 
 async def _chain_time(url: str) -> dict[str, float]:
@@ -408,6 +431,76 @@ async def _chain_time(url: str) -> dict[str, float]:
         "mean_us_per_read": total / count * 1e6 if count else 0.0,
         "total_s": total,
     }
+
+
+#: The doors' request bodies (the same question and tool as ``_req``), and
+#: the bytes that mark the event carrying one text delta.
+DOORS: dict[str, tuple[str, bytes]] = {
+    "messages": ("/messages", b'"type":"text_delta"'),
+    "responses": ("/responses", b'"type":"response.output_text.delta"'),
+}
+
+
+def _door_body(door: str, tools: bool) -> dict[str, Any]:
+    question = "Where is my order?"
+    params = TOOLS[0]["function"]["parameters"]
+    if door == "messages":
+        body: dict[str, Any] = {
+            "model": "bench",
+            "max_tokens": 4096,
+            "stream": True,
+            "messages": [{"role": "user", "content": question}],
+        }
+        if tools:
+            body["tools"] = [{"name": "lookup_order", "input_schema": params}]
+        return body
+    body = {"model": "bench", "stream": True, "input": question}
+    if tools:
+        body["tools"] = [{"type": "function", "name": "lookup_order", "parameters": params}]
+    return body
+
+
+async def _door_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    door: str,
+    chunks: int,
+    pace_ms: float,
+    lat: list[tuple[int, float]] | None,
+    check: _Check,
+    tools: bool = True,
+    alike: tuple[str, str] | None = None,
+) -> int:
+    """One stream through a door; text delta events counted, their text
+    checked, and with ``alike`` their latencies into ``lat`` (as
+    ``_stream`` does for chat chunks)."""
+    path, marker = DOORS[door]
+    bench = {"x_chunks": chunks, "x_pace_ms": pace_ms, "x_logprobs": False}
+    bench["x_reasoning"] = False
+    if alike is not None:
+        bench["x_alike"] = alike[1]
+    n = 0
+    buf = b""
+    text: list[str] = []
+    arrivals: list[int] = []
+    headers = {"X-Bench": json.dumps(bench)}
+    async with session.post(url + path, json=_door_body(door, tools), headers=headers) as r:
+        async for part in r.content.iter_any():
+            t = time.monotonic_ns()
+            buf += part
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                if marker not in ev:
+                    continue
+                obj = orjson.loads(ev[ev.index(b"data: ") + 6 :])
+                delta = obj["delta"]
+                text.append(delta["text"] if door == "messages" else delta)
+                n += 1
+                arrivals.append(t)
+    check.text("".join(text), chunks)
+    if alike is not None and lat is not None:
+        await _pair_sent(session, alike, arrivals, lat, check)
+    return n
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -438,18 +531,22 @@ async def _measure(
     async with aiohttp.ClientSession(
         connector=conn, timeout=aiohttp.ClientTimeout(total=60)
     ) as session:
+        doors = [] if args.no_doors else list(DOORS)
         # warm up every path (connections, imports, JIT-free but caches)
         for url in paths.values():
             await _stream(session, url, 50, 0, None, _Check())
-        checks = {name: _Check() for name in paths}
+        for door in doors:
+            await _door_stream(session, paths["streamfix"], door, 50, 0, None, _Check())
+        every = [*paths, *doors]
+        checks = {name: _Check() for name in every}
         lat: dict[str, list[tuple[int, float]]] = {name: [] for name in paths}
-        lat_alike: dict[str, list[tuple[int, float]]] = {name: [] for name in paths}
+        lat_alike: dict[str, list[tuple[int, float]]] = {name: [] for name in every}
         stream_ids = itertools.count()
         first: dict[str, list[float]] = {name: [] for name in paths}
-        rates: dict[str, list[float]] = {name: [] for name in paths}
+        rates: dict[str, list[float]] = {name: [] for name in every}
         cpu: dict[str, float | None] = {name: 0.0 for name in paths}
         sent = dict.fromkeys(paths, 0)
-        complete = dict.fromkeys(paths, True)
+        complete = dict.fromkeys(every, True)
         tools = not args.no_tools
         # Rounds, each path in turn, so that a slow moment of the machine
         # falls on all paths alike; chunks/s is the median round.
@@ -495,6 +592,39 @@ async def _measure(
                 sent[name] += sum(counts)
                 rates[name].append(sum(counts) / wall)
                 complete[name] = complete[name] and all(c == args.chunks for c in counts)
+            for door in doors:
+                for _ in range(args.latency_streams):
+                    await _door_stream(
+                        session,
+                        paths["streamfix"],
+                        door,
+                        args.latency_chunks,
+                        args.pace,
+                        lat_alike[door],
+                        checks[door],
+                        tools,
+                        alike=(paths["direct"], f"s{next(stream_ids)}"),
+                    )
+                t0 = time.perf_counter()
+                counts = await asyncio.gather(
+                    *(
+                        _door_stream(
+                            session, paths["streamfix"], door, args.chunks, 0, None, checks[door]
+                        )
+                        for _ in range(args.streams)
+                    )
+                )
+                rates[door].append(sum(counts) / (time.perf_counter() - t0))
+                complete[door] = complete[door] and all(c == args.chunks for c in counts)
+        for door in doors:
+            check = checks[door]
+            results[door] = {
+                "alike_p50_us": statistics.median(v for _, v in lat_alike[door]),
+                "alike_p99_us": _pct([v for _, v in lat_alike[door]], 0.99),
+                "chunks_per_s": statistics.median(rates[door]),
+                "text_mismatches": check.bad_text,
+                "complete": complete[door],
+            }
         for name in paths:
             values = [v for _, v in lat[name]]
             alike_values = [v for _, v in lat_alike[name]] or [float("nan")]
@@ -557,6 +687,7 @@ def main() -> int:
         action="store_true",
         help="the first half of every stream is reasoning_content (a thinking model)",
     )
+    p.add_argument("--no-doors", action="store_true", help="skip /v1/messages and /v1/responses")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--serve", choices=["upstream", "passthrough"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -628,7 +759,7 @@ def main() -> int:
         for url in paths.values():
             await _wait(url, deadline)
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
-        res = await asyncio.wait_for(_measure(paths, args, pids), 120)
+        res = await asyncio.wait_for(_measure(paths, args, pids), 300)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         return res
 
@@ -644,7 +775,13 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     chain = results.pop("chain")
+    doors = {door: results.pop(door) for door in DOORS if door in results}
     d, pt, sf = results["direct"], results["passthrough"], results["streamfix"]
+    chat_added = sf["alike_p50_us"] - d["alike_p50_us"]
+    for r in doors.values():
+        r["added_p50_us"] = r["alike_p50_us"] - d["alike_p50_us"]
+        r["added_ratio"] = r["added_p50_us"] / chat_added if chat_added > 0 else float("nan")
+        r["throughput_ratio"] = r["chunks_per_s"] / sf["chunks_per_s"]
     summary = {
         "added_p50_us": {
             "passthrough": pt["p50_us"] - d["p50_us"],
@@ -668,6 +805,11 @@ def main() -> int:
         ),
         "seconds": time.monotonic() - t0,
         "chain": chain,
+        "doors": doors,
+        "doors_meet_target": all(
+            r["added_ratio"] <= 1.3 and r["complete"] and not r["text_mismatches"]
+            for r in doors.values()
+        ),
     }
     summary["meets_targets"] = (
         summary["latency_ratio_p50"] <= 1.1
@@ -726,6 +868,16 @@ def main() -> int:
         f"time inside the chain (SSESession.feed): {chain['mean_us_per_read']:.1f} µs per "
         f"upstream read, {chain['total_s']:.2f} s over {chain['reads']:.0f} reads"
     )
+    for door, r in doors.items():
+        txt = "ok" if r["text_mismatches"] == 0 and r["complete"] else "BAD"
+        print(
+            f"/v1/{door}: latency p50/p99 {r['alike_p50_us']:.0f}/{r['alike_p99_us']:.0f} µs, "
+            f"adds {r['added_p50_us']:.0f} µs over direct ({r['added_ratio']:.2f}x the chat "
+            f"path's {chat_added:.0f} µs; target <= 1.3); {r['chunks_per_s']:.0f} chunks/s "
+            f"@{args.streams} ({r['throughput_ratio']:.2f}x the chat path's); text {txt}"
+        )
+    if doors:
+        print(f"doors within 1.3x of the chat path's added latency: {summary['doors_meet_target']}")
     print(f"targets met: {summary['meets_targets']}  ({summary['seconds']:.1f} s)")
     return 0
 

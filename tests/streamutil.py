@@ -91,6 +91,13 @@ def text_stream(pieces: Sequence[str], finish: str = "stop", done: bool = True) 
     )
 
 
+def with_usage(data: bytes, usage: dict[str, Any]) -> bytes:
+    """``data`` (a stream ending in ``[DONE]``) with a usage chunk (no
+    choices, as servers send it with ``include_usage``) before the end."""
+    tail = sse([{**chunk(), "choices": [], "usage": usage}], done=False)
+    return data.replace(b"data: [DONE]\n\n", tail + b"data: [DONE]\n\n")
+
+
 _S = TypeVar("_S", str, bytes)
 
 

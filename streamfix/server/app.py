@@ -2,7 +2,10 @@
 
 Routes: ``POST /v1/chat/completions`` (streamed through ``SSESession``,
 non-streamed through ``Chain.complete``), ``GET /v1/models`` (passed
-through), ``GET /healthz``, ``GET /metrics`` (Prometheus text format).
+through), ``GET /healthz``, ``GET /metrics`` (Prometheus text format), and
+the front doors of ``server/doors.py`` (``/v1/messages``, ``/v1/responses``:
+translated to a chat body, served by ``serve_chat``, the reply encoded by
+the door at the one place bytes reach the client, ``_ClientStream.write``).
 
 One chat request, streamed::
 
@@ -59,6 +62,7 @@ from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..sse import DONE_EVENT, encode_data
 from ..transforms.detect import MATCHER_CACHE, matcher_for
+from ..wire import Door, Encoder
 from . import record
 from .body import BodyReads
 from .budget import (
@@ -200,10 +204,23 @@ class _ClientGone(Exception):
 class _ClientStream:
     """The streamed response to the client, with a hold-back buffer."""
 
-    __slots__ = ("committed", "held", "held_bytes", "last_write", "recording", "request", "resp")
+    __slots__ = (
+        "committed",
+        "encoder",
+        "held",
+        "held_bytes",
+        "last_write",
+        "recording",
+        "request",
+        "resp",
+    )
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, encoder: Encoder | None = None) -> None:
         self.request = request
+        #: A front door's encoder (``streamfix.wire``): everything written
+        #: to the client goes through it, and only what is written, so
+        #: held bytes discarded for a re-ask never reach it.
+        self.encoder = encoder
         self.resp: web.StreamResponse | None = None
         self.held: list[bytes] = []
         self.held_bytes = 0
@@ -235,6 +252,10 @@ class _ClientStream:
 
     async def write(self, data: bytes) -> None:
         assert self.resp is not None
+        if self.encoder is not None:
+            data = self.encoder.feed(data)
+            if not data:
+                return
         try:
             await self.resp.write(data)
         except ConnectionResetError as exc:
@@ -277,12 +298,15 @@ class _ClientStream:
 class _Attempt:
     """What one request's successive upstream attempts share."""
 
-    __slots__ = ("body", "done", "reasks", "soft", "stream", "tail")
+    __slots__ = ("body", "done", "door", "reasks", "soft", "stream", "tail")
 
-    def __init__(self, body: dict[str, Any], soft: bool, stream: bool) -> None:
+    def __init__(
+        self, body: dict[str, Any], soft: bool, stream: bool, door: Door | None = None
+    ) -> None:
         self.body = body  # sent upstream (before the per-upstream budget)
         self.soft = soft
         self.stream = stream
+        self.door = door  # the front door the request came in by, if not chat
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
         #: The end of a reply kept while the proxy looks into why it was
@@ -544,6 +568,8 @@ class Proxy:
         if self._api_keys and request.path not in ("/healthz", "/metrics"):
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+            if not token:  # Anthropic clients send their key as x-api-key
+                token = request.headers.get("x-api-key", "").strip().encode()
             ok = False
             for key in self._api_keys:  # no early exit: constant time per key
                 ok |= hmac.compare_digest(token, key)
@@ -781,6 +807,13 @@ class Proxy:
         except RequestError:
             self._count("chat", False, 400)
             raise
+        return await self.serve_chat(request, body)
+
+    async def serve_chat(
+        self, request: web.Request, body: dict[str, Any], door: Door | None = None
+    ) -> web.StreamResponse:
+        """Serve a validated chat body; a front door's (``streamfix.wire``)
+        reply is encoded by ``door``."""
         stream = body.get("stream") is True
         tools = tools_of(body)
         if tools:
@@ -796,7 +829,7 @@ class Proxy:
         up_body = dict(body)
         if soft:
             up_body["tool_choice"] = "auto"
-        att = _Attempt(up_body, soft, stream)
+        att = _Attempt(up_body, soft, stream, door)
         async with self._slot():
             if stream:
                 return await self._chat_stream(request, body, att)
@@ -863,14 +896,15 @@ class Proxy:
                 self._next_body(att, reason, sent)
                 continue
             self._count("chat", False, 200)
-            out = web.Response(body=orjson.dumps(fixed), headers=response_headers(resp.headers))
+            reply = fixed if att.door is None else att.door.reply(fixed)
+            out = web.Response(body=orjson.dumps(reply), headers=response_headers(resp.headers))
             out.content_type = "application/json"
             return out
 
     async def _chat_stream(
         self, request: web.Request, client_body: dict[str, Any], att: _Attempt
     ) -> web.StreamResponse:
-        client = _ClientStream(request)
+        client = _ClientStream(request, att.door.encoder() if att.door else None)
         status = 200
         try:
             while True:
@@ -1115,9 +1149,12 @@ def create_app(config: ServerConfig) -> web.Application:
     """The proxy as an aiohttp application. Run it with
     ``handler_cancellation=True`` (``web.run_app`` / ``AppRunner`` keyword)
     so that a client disconnect cancels the upstream request at once."""
+    from .doors import add_doors, door_errors_mw  # they import this module
+
     proxy = Proxy(config)
     app = web.Application(
-        client_max_size=config.body_limit, middlewares=[proxy.errors_mw, proxy.auth_mw]
+        client_max_size=config.body_limit,
+        middlewares=[door_errors_mw, proxy.errors_mw, proxy.auth_mw],
     )
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
@@ -1128,6 +1165,7 @@ def create_app(config: ServerConfig) -> web.Application:
         app.cleanup_ctx.append(recorder.lifecycle)
         chat = recorder.wrap(chat)
     app.router.add_post("/v1/chat/completions", chat)
+    add_doors(app)
     app.router.add_get("/v1/models", proxy.models)
     app.router.add_get("/v1/models/{model:.+}", proxy.models)
     app.router.add_get("/healthz", proxy.healthz)

@@ -13,7 +13,9 @@ Headers: the client's end-to-end headers are forwarded, hop-by-hop ones
 (RFC 9110 §7.6.1) are not. ``Authorization``: an upstream's configured key
 wins; otherwise the client's header is forwarded, unless the proxy checks
 inbound keys (then the client's header holds *our* key, which must not
-leak upstream). Keys are never logged: only ``UpstreamConfig.name`` is.
+leak upstream). An Anthropic client's ``x-api-key`` is never forwarded as
+such; where ``Authorization`` would be forwarded, it is sent as one.
+Keys are never logged: only ``UpstreamConfig.name`` is.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def forward_headers(
     out: CIMultiDict[str] = CIMultiDict()
     for k, v in client.items():
         lk = k.lower()
-        if lk in drop or lk == "authorization":
+        if lk in drop or lk in ("authorization", "x-api-key"):
             continue
         out.add(k, v)
     if up.cfg.has_credentials:
@@ -151,6 +153,8 @@ def forward_headers(
         out["Authorization"] = f"Bearer {up.cfg.api_key}"
     elif forward_auth and client.get("Authorization"):
         out["Authorization"] = client["Authorization"]
+    elif forward_auth and client.get("x-api-key"):
+        out["Authorization"] = f"Bearer {client['x-api-key']}"
     return out
 
 

@@ -31,12 +31,17 @@ from tests.e2e.relay import RecordingRelay
 PING_INTERVAL = 0.3
 
 
-@pytest.fixture(scope="session")
-def llama() -> Iterator[LocalServer]:
+def need_local_server() -> None:
+    """Skip (fail under ``STREAMFIX_E2E=require``) without llama.cpp's server."""
     if not available():
         if os.environ.get("STREAMFIX_E2E") == "require":
             pytest.fail(f"the local model server is not installed; {INSTALL_HINT}")
         pytest.skip(f"the local model server is not installed; {INSTALL_HINT}")
+
+
+@pytest.fixture(scope="session")
+def llama() -> Iterator[LocalServer]:
+    need_local_server()
     with LocalServer(ping_interval=PING_INTERVAL) as server:
         yield server
 

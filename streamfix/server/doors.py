@@ -1,0 +1,93 @@
+"""The proxy's front doors for other wire APIs: thin aiohttp handlers.
+
+Each door handler reads the body, has ``streamfix.wire`` translate it to
+a chat-completions body (a RequestError is a 400 in the door's own error
+shape), and hands both to ``Proxy.serve_chat``: the same budgets,
+failover, asking again and repair chain as ``/v1/chat/completions``, with
+the reply encoded by the door. ``door_errors_mw`` gives every error
+answered on a door's path (the proxy's own, an upstream's relayed one, a
+401 from the key check) that door's error shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ..errors import RequestError
+from ..wire import Door
+from ..wire.messages import MessagesDoor, reshape_error
+from ..wire.responses import ResponsesDoor
+from .app import PROXY, Handler, Proxy, validate_chat
+from .budget import estimate_prompt_tokens
+
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+
+#: Door path -> how an OpenAI-shaped error body becomes the door's.
+ERROR_SHAPES: dict[str, Callable[[int, bytes], bytes]] = {
+    MESSAGES: reshape_error,
+    COUNT_TOKENS: reshape_error,
+}
+
+
+@web.middleware
+async def door_errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors on a door's path in that door's shape (outermost middleware)."""
+    resp = await handler(request)
+    reshape = ERROR_SHAPES.get(request.path)
+    if (
+        reshape is not None
+        and resp.status >= 400
+        and isinstance(resp, web.Response)
+        and isinstance(resp.body, bytes)
+    ):
+        resp.body = reshape(resp.status, resp.body)
+        resp.content_type = "application/json"
+    return resp
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise RequestError("request body is not valid JSON") from None
+
+
+def door_handler(make: Callable[[Any], Door]) -> Handler:
+    """A route handler serving requests translated by ``make``."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        proxy: Proxy = request.app[PROXY]
+        door = make(await _json_body(request))
+        validate_chat(door.chat_body)
+        proxy.metrics.count_report(door.dropped)
+        return await proxy.serve_chat(request, door.chat_body, door)
+
+    return handle
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
+    estimates it for budgets (``budget.estimate_prompt_tokens``, scaled by
+    what the first upstream's counts taught it); no upstream call."""
+    proxy: Proxy = request.app[PROXY]
+    body = await _json_body(request)
+    if isinstance(body, dict):
+        body = {**body, "max_tokens": 1, "stream": False}
+    chat = MessagesDoor(body).chat_body
+    scale = proxy.pool.upstreams[0].token_scale
+    tokens = max(1, round(estimate_prompt_tokens(chat) * scale))
+    return web.json_response({"input_tokens": tokens})
+
+
+def add_doors(app: web.Application) -> None:
+    """The door routes (the proxy is ``app[PROXY]``); ``door_errors_mw``
+    must be among the app's middlewares, outermost."""
+    app.router.add_post(MESSAGES, door_handler(MessagesDoor))
+    app.router.add_post(RESPONSES, door_handler(ResponsesDoor))
+    app.router.add_post(COUNT_TOKENS, count_tokens)

@@ -1,0 +1,249 @@
+"""What both doors share: repaired chat completions read as one turn.
+
+``TurnEncoder`` reads the repaired chat SSE bytes (or a whole repaired
+``chat.completion``) and calls one hook per thing that happened in the
+turn: reasoning text, answer text, a tool call's start and its argument
+text, the finish reason, usage, an error, the end. A door's encoder is a
+subclass that turns those hooks into its own events. Only choice 0 is
+read: neither the Responses nor the Messages API has ``n``.
+
+The bytes fed are the proxy's own output (the chain's, or its error
+events), so they are well-formed; anything else is skipped, not raised.
+The request-side helpers at the bottom (system messages, ids) are the
+translators' common ground.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import orjson
+
+from ..chunks import ChoiceView, DeltaView, view_of
+from ..errors import RequestError
+from ..sse import DONE, SSEDecoder, SSEEvent
+
+
+class _TurnView(msgspec.Struct, gc=False):
+    """What the encoders read of a chunk: the chain's views of the choices
+    (``chunks.ChoiceView``), and usage and error, which the chain does not
+    own. Other fields are skipped by the decoder, never materialised."""
+
+    choices: list[ChoiceView] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+_decode = msgspec.json.Decoder(_TurnView).decode
+
+
+def _view(payload: bytes) -> _TurnView | None:
+    try:
+        return _decode(payload)
+    except msgspec.ValidationError:  # odd field types: the chain's loose read
+        obj = orjson.loads(payload)
+        if not isinstance(obj, dict):
+            return None
+        usage = obj.get("usage")
+        view = view_of(obj)
+        return _TurnView(view.choices, usage if isinstance(usage, dict) else None, view.error)
+    except msgspec.DecodeError:
+        return None
+
+
+def sse_event(name: str, payload: dict[str, Any]) -> bytes:
+    """One named SSE event (``event:`` then ``data:``), as both doors send."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id in the door's style (``msg_…``, ``resp_…``, ``fc_…``)."""
+    return prefix + os.urandom(12).hex()
+
+
+class TurnEncoder:
+    """Base of the doors' encoders: chat SSE in, hooks called, bytes out.
+
+    Subclasses append their encoded events to ``self.out`` from the hooks;
+    ``feed`` returns and clears them. After the end (``[DONE]``) or an
+    error, later input is ignored.
+    """
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder()
+        self.out: list[bytes] = []
+        self.over = False
+        self.started = False
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        #: Tool-call indexes seen, so a repeated index continues its call.
+        self._calls: set[int] = set()
+
+    # -- input -------------------------------------------------------------
+
+    def feed(self, data: bytes) -> bytes:
+        """Repaired chat SSE bytes in, the door's SSE bytes out."""
+        for ev in self._sse.feed(data):
+            self._event(ev)
+        if not self.out:
+            return b""
+        out = b"".join(self.out)
+        self.out.clear()
+        return out
+
+    def feed_completion(self, completion: dict[str, Any]) -> None:
+        """A whole repaired ``chat.completion`` through the same hooks."""
+        self._start()
+        for ch in view_of(completion).choices or ():
+            if ch.index == 0:
+                if ch.message is not None:
+                    self._delta(ch.message)
+                self.finish_reason = ch.finish_reason or self.finish_reason
+        usage = completion.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        self.over = True
+        self.on_done()
+        self.out.clear()
+
+    def _event(self, ev: SSEEvent) -> None:
+        if self.over:
+            return
+        self._start()
+        if ev.data is None:
+            self.on_keepalive()
+            return
+        if ev.data == DONE:
+            self.over = True
+            self.on_done()
+            return
+        view = _view(ev.data)
+        if view is None:
+            return
+        err = view.error
+        if err:
+            self.over = True
+            if not isinstance(err, dict):
+                err = {"message": str(err)}
+            self.on_error(
+                str(err.get("message") or "upstream error"),
+                str(err.get("type") or "upstream_error"),
+                err.get("code"),
+            )
+            return
+        if view.usage is not None:
+            self.usage = view.usage
+        for ch in view.choices or ():
+            if ch.index != 0:
+                continue
+            if ch.delta is not None:
+                self._delta(ch.delta)
+            if ch.finish_reason:
+                self.finish_reason = ch.finish_reason
+
+    def _delta(self, delta: DeltaView) -> None:
+        reasoning = delta.reasoning_content or delta.reasoning
+        if reasoning:
+            self.on_reasoning(reasoning)
+        if delta.content:
+            self.on_text(delta.content)
+        for pos, tc in enumerate(delta.tool_calls or ()):
+            index = pos if tc.index is None else tc.index
+            fn = tc.function
+            if index not in self._calls:
+                self._calls.add(index)
+                name = fn.name if fn is not None and fn.name else ""
+                self.on_call(index, tc.id or new_id("call_"), name)
+            if fn is not None and fn.arguments:
+                self.on_arguments(index, fn.arguments)
+
+    def _start(self) -> None:
+        if not self.started:
+            self.started = True
+            self.on_start()
+
+    # -- hooks ---------------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Before anything else (the door's opening events)."""
+
+    def on_keepalive(self) -> None:
+        """A keep-alive comment from the proxy while output is held."""
+
+    def on_reasoning(self, text: str) -> None: ...
+
+    def on_text(self, text: str) -> None: ...
+
+    def on_call(self, index: int, call_id: str, name: str) -> None: ...
+
+    def on_arguments(self, index: int, text: str) -> None: ...
+
+    def on_done(self) -> None:
+        """The end of the turn (``finish_reason`` and ``usage`` are set)."""
+
+    def on_error(self, message: str, type_: str, code: Any) -> None:
+        """The upstream failed (or the proxy did); the stream ends here."""
+
+    # -- shared reading of the result --------------------------------------------
+
+    def tokens(self) -> tuple[int, int]:
+        """(input, output) tokens from the upstream's usage, 0 when absent."""
+        u = self.usage
+        return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+
+
+# -- request side ---------------------------------------------------------------
+
+
+def merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every system (and ``developer``) message merged, in order, into one
+    leading system message. Claude Code puts a system message after the
+    first user message for models it does not know, and Codex sends its
+    instructions as developer messages; many chat templates (Qwen, Llama)
+    refuse a system message anywhere but first."""
+    system: list[str] = []
+    rest: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") in ("system", "developer"):
+            text = m.get("content")
+            if isinstance(text, str) and text:
+                system.append(text)
+        else:
+            rest.append(m)
+    if system:
+        rest.insert(0, {"role": "system", "content": "\n\n".join(system)})
+    return rest
+
+
+def model_of(body: Any) -> str:
+    """The request's model; RequestError unless ``body`` is an object with one."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' is required", param="model")
+    return model
+
+
+def pass_on(body: dict[str, Any], chat: dict[str, Any], sampling: tuple[str, ...]) -> bool:
+    """Copy what a door passes on as is into ``chat``: the ``sampling``
+    numbers, and ``stream`` (asking for usage in the stream: the doors
+    report it at the end). Returns whether the reply is streamed."""
+    for key in sampling:
+        value = body.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            chat[key] = value
+    stream = body.get("stream") is True
+    chat["stream"] = stream
+    if stream:
+        chat["stream_options"] = {"include_usage": True}
+    return stream
+
+
+def json_text(value: Any) -> str:
+    """A tool call's arguments as the JSON text chat completions carry."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value if value is not None else {}).decode()

@@ -1,0 +1,416 @@
+"""The Anthropic Messages API (``POST /v1/messages``), as Claude Code speaks it.
+
+Request side (``MessagesDoor``, pure): ``system`` (a string or text
+blocks), messages with text, image, ``tool_use``, ``tool_result`` and
+thinking blocks, ``system`` messages in the middle of ``messages`` (Claude
+Code sends one for models it does not know: merged into the leading system
+message, see ``chat.merge_system``), tools with ``input_schema``,
+``tool_choice``, ``max_tokens`` (the proxy clamps it like any chat
+request), ``stop_sequences``, ``thinking`` (enabled or adaptive: asked as
+``reasoning_effort``). Server tools (``web_search_…``, ``bash_…``) cannot
+run upstream: dropped and counted. ``cache_control``, ``metadata``,
+``context_management`` and the ``anthropic-beta`` header are ignored.
+Thinking blocks of earlier turns are not sent back (chat templates drop
+earlier reasoning anyway).
+
+Reply side (``MessagesEncoder``, sans-I/O): ``message_start``, ``ping``,
+``content_block_start/delta/stop`` (``text_delta``, ``input_json_delta``,
+``thinking_delta``), ``message_delta`` (``stop_reason`` ``end_turn``,
+``tool_use``, ``max_tokens`` for the token limit and for a cut loop;
+usage), ``message_stop``; an upstream failure is an ``error`` event (the
+Anthropic SDK raises it). The event contract is the one the
+anthropic-sdk-python ``MessageStream`` accumulator reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import RequestError
+from .chat import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
+
+#: HTTP status -> Anthropic error type (their error shape's ``type``).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+#: Chat finish reason -> Anthropic stop reason. A cut loop ends with
+#: ``length`` too (see ``transforms/repetition.py``): the turn was stopped
+#: short, as by the token limit.
+STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+
+#: ``thinking.budget_tokens`` -> ``reasoning_effort`` (chat servers take an
+#: effort, not a budget: vLLM, Ollama, LM Studio, llama.cpp's gpt-oss).
+_EFFORT_STEPS = ((2048, "low"), (8192, "medium"))
+
+
+def error_body(status: int, message: str) -> bytes:
+    """An error in Anthropic's shape (``{"type":"error","error":{…}}``)."""
+    type_ = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return orjson.dumps({"type": "error", "error": {"type": type_, "message": message}})
+
+
+def reshape_error(status: int, body: bytes) -> bytes:
+    """The proxy's OpenAI-shaped error body in Anthropic's shape."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    message = body.decode("utf-8", "replace")[:500]
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            message = err["message"]
+        elif isinstance(err, str):
+            message = err
+    return error_body(status, message)
+
+
+_PING = sse_event("ping", {"type": "ping"})
+#: A text delta event up to its text (``%d``: the block's index).
+_TEXT_HEAD = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+    b'"delta":{"type":"text_delta","text":'
+)
+
+
+# -- request ---------------------------------------------------------------
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise RequestError(f"{where} must be a string or an array of blocks", param=where)
+    return content
+
+
+def _text(content: Any, where: str) -> str:
+    """The text of a string or of text blocks (others skipped)."""
+    if content is None:
+        return ""
+    return "\n".join(
+        b["text"]
+        for b in _blocks(content, where)
+        if b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+
+
+def _image(block: dict[str, Any]) -> dict[str, Any] | None:
+    src = block.get("source")
+    if not isinstance(src, dict):
+        return None
+    if src.get("type") == "base64":
+        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
+    elif src.get("type") == "url" and isinstance(src.get("url"), str):
+        url = src["url"]
+    else:
+        return None
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user(content: Any, where: str) -> list[dict[str, Any]]:
+    """A user message: its tool results first (each a chat ``tool``
+    message, answering the assistant's calls just before), then the rest."""
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for b in _blocks(content, where):
+        kind = b.get("type")
+        if kind == "tool_result":
+            text = _text(b.get("content"), f"{where}.tool_result.content")
+            if b.get("is_error"):
+                text = f"Error: {text}"
+            out.append(
+                {"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")), "content": text}
+            )
+        elif kind == "text":
+            parts.append({"type": "text", "text": str(b.get("text", ""))})
+        elif kind == "image" and (img := _image(b)) is not None:
+            parts.append(img)
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        body: Any = "\n".join(p["text"] for p in parts) if only_text else parts
+        out.append({"role": "user", "content": body})
+    return out
+
+
+def _assistant(content: Any, where: str) -> dict[str, Any]:
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for b in _blocks(content, where):
+        kind = b.get("type")
+        if kind == "text" and isinstance(b.get("text"), str):
+            text.append(b["text"])
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": str(b.get("id", "")),
+                    "type": "function",
+                    "function": {
+                        "name": str(b.get("name", "")),
+                        "arguments": json_text(b.get("input")),
+                    },
+                }
+            )
+        # thinking / redacted_thinking: earlier reasoning is not sent back
+    # no text: null beside calls (as chat clients send it), else "" (some
+    # servers refuse an assistant message with neither)
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _tools(tools: Any, dropped: dict[str, int]) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise RequestError("'tools' must be an array", param="tools")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
+            raise RequestError(f"tools.{i} must be an object with a 'name'", param=f"tools.{i}")
+        if t.get("type") not in (None, "custom"):
+            # a server tool (web_search_…, bash_…): nothing upstream runs it
+            dropped["dropped_tool"] = dropped.get("dropped_tool", 0) + 1
+            continue
+        schema = t.get("input_schema")
+        if not isinstance(schema, dict) or not schema:
+            schema = {"type": "object", "properties": {}}
+        fn: dict[str, Any] = {"name": t["name"], "parameters": schema}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+
+
+def _effort(body: dict[str, Any]) -> str | None:
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict):
+        return None
+    if thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int):
+            return next((e for limit, e in _EFFORT_STEPS if budget <= limit), "high")
+        return "medium"
+    if thinking.get("type") == "adaptive":
+        cfg = body.get("output_config")
+        effort = cfg.get("effort") if isinstance(cfg, dict) else None
+        return effort if effort in ("low", "medium", "high") else "medium"
+    return None
+
+
+class MessagesDoor:
+    """One Messages request translated to chat completions (see module
+    docstring). Raises RequestError (a 400 in Anthropic's shape) when the
+    body is not a usable Messages request."""
+
+    def __init__(self, body: Any) -> None:
+        model = model_of(body)
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
+            raise RequestError("'messages' must be a non-empty array of objects", param="messages")
+        max_tokens = body.get("max_tokens")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise RequestError("'max_tokens' must be a positive integer", param="max_tokens")
+        self.model = model
+        self.dropped: dict[str, int] = {}
+        messages: list[dict[str, Any]] = []
+        if body.get("system"):
+            messages.append({"role": "system", "content": _text(body["system"], "system")})
+        for i, m in enumerate(raw):
+            where = f"messages.{i}.content"
+            role = m.get("role")
+            if role == "user":
+                messages.extend(_user(m.get("content"), where))
+            elif role == "assistant":
+                messages.append(_assistant(m.get("content"), where))
+            elif role == "system":
+                messages.append({"role": "system", "content": _text(m.get("content"), where)})
+            else:
+                raise RequestError(f"messages.{i}.role must be user or assistant", param=where)
+        chat: dict[str, Any] = {
+            "model": model,
+            "messages": merge_system(messages),
+            "max_tokens": max_tokens,
+        }
+        tools = _tools(body.get("tools"), self.dropped)
+        if tools:
+            chat["tools"] = tools
+            choice = _tool_choice(body.get("tool_choice"))
+            if choice is not None:
+                chat["tool_choice"] = choice
+            tc = body.get("tool_choice")
+            if isinstance(tc, dict) and tc.get("disable_parallel_tool_use") is True:
+                chat["parallel_tool_calls"] = False
+        stop = body.get("stop_sequences")
+        if isinstance(stop, list) and stop:
+            chat["stop"] = stop
+        effort = _effort(body)
+        if effort is not None:
+            chat["reasoning_effort"] = effort
+        self.stream = pass_on(body, chat, ("temperature", "top_p", "top_k"))
+        self.chat_body = chat
+
+    def encoder(self) -> MessagesEncoder:
+        return MessagesEncoder(self.model)
+
+    def reply(self, completion: dict[str, Any]) -> dict[str, Any]:
+        enc = self.encoder()
+        enc.feed_completion(completion)
+        return enc.message()
+
+
+# -- reply -----------------------------------------------------------------
+
+
+class MessagesEncoder(TurnEncoder):
+    """Repaired chat SSE -> Messages events (see module docstring).
+
+    One content block is open at a time; a change of kind (thinking, text,
+    a tool call) closes it. The blocks are also kept whole, for the
+    non-streamed reply (``message``).
+    """
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+        self.id = new_id("msg_")
+        self.blocks: list[dict[str, Any]] = []
+        #: The open block's kind ("thinking", "text", "tool_use") and its
+        #: text so far (joined once, at its stop).
+        self._open: str | None = None
+        self._parts: list[str] = []
+        self._block_of_call: dict[int, int] = {}
+        self._text_head = b""
+
+    def _emit(self, name: str, payload: dict[str, Any]) -> None:
+        self.out.append(sse_event(name, payload))
+
+    def _begin(self, kind: str, block: dict[str, Any]) -> None:
+        self._close_block()
+        self._open = kind
+        self.blocks.append(block)
+        self._emit(
+            "content_block_start",
+            {"type": "content_block_start", "index": len(self.blocks) - 1, "content_block": block},
+        )
+
+    def _block_delta(self, index: int, delta: dict[str, Any]) -> None:
+        self._emit(
+            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        )
+
+    def _close_block(self) -> None:
+        if self._open is None:
+            return
+        block = self.blocks[-1]
+        text = "".join(self._parts)
+        self._parts.clear()
+        if self._open == "tool_use":
+            try:
+                block["input"] = orjson.loads(text) if text else {}
+            except orjson.JSONDecodeError:
+                block["input"] = {}
+        else:
+            block[self._open] = text
+        self._open = None
+        self._emit(
+            "content_block_stop", {"type": "content_block_stop", "index": len(self.blocks) - 1}
+        )
+
+    def on_start(self) -> None:
+        message: dict[str, Any] = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        self._emit("message_start", {"type": "message_start", "message": message})
+        self.out.append(_PING)
+
+    def on_keepalive(self) -> None:
+        self.out.append(_PING)
+
+    def on_reasoning(self, text: str) -> None:
+        if self._open != "thinking":
+            self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        self._parts.append(text)
+        self._block_delta(len(self.blocks) - 1, {"type": "thinking_delta", "thinking": text})
+
+    def on_text(self, text: str) -> None:
+        if self._open != "text":
+            self._begin("text", {"type": "text", "text": ""})
+            # the hot path: one text delta per chunk, the event's bytes
+            # around the text made once per block
+            self._text_head = _TEXT_HEAD % (len(self.blocks) - 1)
+        self._parts.append(text)
+        self.out.append(self._text_head + orjson.dumps(text) + b"}}\n\n")
+
+    def on_call(self, index: int, call_id: str, name: str) -> None:
+        self._begin("tool_use", {"type": "tool_use", "id": call_id, "name": name, "input": {}})
+        self._block_of_call[index] = len(self.blocks) - 1
+
+    def on_arguments(self, index: int, text: str) -> None:
+        at = self._block_of_call[index]
+        if at == len(self.blocks) - 1 and self._open == "tool_use":
+            self._parts.append(text)
+        self._block_delta(at, {"type": "input_json_delta", "partial_json": text})
+
+    def stop_reason(self) -> str:
+        if any(b["type"] == "tool_use" for b in self.blocks) and self.finish_reason != "length":
+            return "tool_use"
+        return STOP_REASONS.get(self.finish_reason or "stop", "end_turn")
+
+    def on_done(self) -> None:
+        self._close_block()
+        prompt, completion = self.tokens()
+        self._emit(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
+                "usage": {"input_tokens": prompt, "output_tokens": completion},
+            },
+        )
+        self._emit("message_stop", {"type": "message_stop"})
+
+    def on_error(self, message: str, type_: str, code: Any) -> None:
+        status = 500 if type_ == "internal_error" else 502
+        self.out.append(b"event: error\ndata: " + error_body(status, message) + b"\n\n")
+
+    def message(self) -> dict[str, Any]:
+        """The whole message (the non-streamed reply)."""
+        prompt, completion = self.tokens()
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self.blocks,
+            "stop_reason": self.stop_reason(),
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": completion},
+        }
