@@ -177,8 +177,12 @@ async def test_bad_request_is_a_400_in_anthropic_shape(stack: Stack) -> None:
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
     assert "messages" in body["error"]["message"]
-    async with aiohttp.ClientSession() as s, s.post(px.url + "/messages", data=b"{nope") as r:
-        assert r.status == 400 and (await r.json())["type"] == "error"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(px.url + "/messages", data=b"{nope") as r:
+            assert r.status == 400 and (await r.json())["type"] == "error"
+        async with s.get(px.root + "/metrics") as r:
+            text = await r.text()
+    assert 'streamfix_requests_total{endpoint="messages",status="400",stream="false"} 2.0' in text
     assert not up.chat_requests
 
 
@@ -293,7 +297,9 @@ async def test_request_translation_claude_code_shape(stack: Stack) -> None:
     assert sent.headers["Authorization"] == "Bearer sk-client"
     assert "x-api-key" not in {k.lower() for k in sent.headers}
     async with aiohttp.ClientSession() as s, s.get(px.root + "/metrics") as r:
-        assert 'streamfix_repairs_total{kind="dropped_tool"} 1.0' in await r.text()
+        text = await r.text()
+    assert 'streamfix_repairs_total{kind="dropped_tool"} 1.0' in text
+    assert 'streamfix_requests_total{endpoint="messages",status="200",stream="true"} 1.0' in text
 
 
 @pytest.mark.parametrize(

@@ -372,6 +372,7 @@ async def test_request_translation_codex_shape(stack: Stack) -> None:
         text = await r.text()
     assert 'streamfix_repairs_total{kind="dropped_tool"} 1.0' in text
     assert 'streamfix_repairs_total{kind="dropped_input_item"} 1.0' in text
+    assert 'streamfix_requests_total{endpoint="responses",status="200",stream="true"} 1.0' in text
 
 
 async def test_additional_tools_and_tool_search(stack: Stack) -> None:

@@ -298,7 +298,7 @@ class _ClientStream:
 class _Attempt:
     """What one request's successive upstream attempts share."""
 
-    __slots__ = ("body", "done", "door", "reasks", "soft", "stream", "tail")
+    __slots__ = ("body", "done", "door", "endpoint", "reasks", "soft", "stream", "tail")
 
     def __init__(
         self, body: dict[str, Any], soft: bool, stream: bool, door: Door | None = None
@@ -307,6 +307,7 @@ class _Attempt:
         self.soft = soft
         self.stream = stream
         self.door = door  # the front door the request came in by, if not chat
+        self.endpoint = "chat" if door is None else door.endpoint  # the metrics' label
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
         #: The end of a reply kept while the proxy looks into why it was
@@ -846,7 +847,7 @@ class Proxy:
                     "POST", "/chat/completions", request, self._body_fn(base, sent)
                 )
             except UpstreamFailure as f:
-                self._count("chat", False, f.status)
+                self._count(att.endpoint, False, f.status)
                 return self._failure_response(f)
             self._record(up, sent, resp)
             try:
@@ -855,7 +856,7 @@ class Proxy:
                 kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
                 self._upstream_error(up, kind)
                 status = 504 if kind == "timeout" else 502
-                self._count("chat", False, status)
+                self._count(att.endpoint, False, status)
                 return json_error(
                     status,
                     f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
@@ -867,7 +868,7 @@ class Proxy:
             if resp.status != 200:
                 if resp.status == 400 and await self._context_exceeded(up, att, raw):
                     continue
-                self._count("chat", False, resp.status)
+                self._count(att.endpoint, False, resp.status)
                 return relay_error(
                     resp.status, raw, response_headers(resp.headers), resp.content_type, up.name
                 )
@@ -877,7 +878,7 @@ class Proxy:
                 obj = None
             if not isinstance(obj, dict):
                 self._upstream_error(up, "protocol")
-                self._count("chat", False, 502)
+                self._count(att.endpoint, False, 502)
                 return json_error(
                     502,
                     f"upstream {up.name} sent a reply that is not a JSON object",
@@ -895,7 +896,7 @@ class Proxy:
                 log.info("asking %s again: %s", up.name, reason)
                 self._next_body(att, reason, sent)
                 continue
-            self._count("chat", False, 200)
+            self._count(att.endpoint, False, 200)
             reply = fixed if att.door is None else att.door.reply(fixed)
             out = web.Response(body=orjson.dumps(reply), headers=response_headers(resp.headers))
             out.content_type = "application/json"
@@ -985,7 +986,7 @@ class Proxy:
             status = 499
             raise
         finally:
-            self._count("chat", True, status)
+            self._count(att.endpoint, True, status)
 
     async def _json_as_stream(
         self, up: Upstream, raw: bytes, client: _ClientStream, client_body: dict[str, Any]

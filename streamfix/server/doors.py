@@ -58,13 +58,18 @@ async def _json_body(request: web.Request) -> Any:
         raise RequestError("request body is not valid JSON") from None
 
 
-def door_handler(make: Callable[[Any], Door]) -> Handler:
-    """A route handler serving requests translated by ``make``."""
+def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
+    """A route handler serving requests translated by ``make`` (counted
+    as ``endpoint`` in the metrics)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         proxy: Proxy = request.app[PROXY]
-        door = make(await _json_body(request))
-        validate_chat(door.chat_body)
+        try:
+            door = make(await _json_body(request))
+            validate_chat(door.chat_body)
+        except RequestError as exc:
+            proxy.metrics.requests.labels(endpoint, "false", str(exc.status)).inc()
+            raise
         proxy.metrics.count_report(door.dropped)
         return await proxy.serve_chat(request, door.chat_body, door)
 
@@ -88,6 +93,6 @@ async def count_tokens(request: web.Request) -> web.Response:
 def add_doors(app: web.Application) -> None:
     """The door routes (the proxy is ``app[PROXY]``); ``door_errors_mw``
     must be among the app's middlewares, outermost."""
-    app.router.add_post(MESSAGES, door_handler(MessagesDoor))
-    app.router.add_post(RESPONSES, door_handler(ResponsesDoor))
+    app.router.add_post(MESSAGES, door_handler(MessagesDoor, MessagesDoor.endpoint))
+    app.router.add_post(RESPONSES, door_handler(ResponsesDoor, ResponsesDoor.endpoint))
     app.router.add_post(COUNT_TOKENS, count_tokens)

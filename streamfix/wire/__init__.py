@@ -37,6 +37,8 @@ class Door(Protocol):
     chat_body: dict[str, Any]
     #: What the translation left out, by kind (counted in the metrics).
     dropped: dict[str, int]
+    #: The door's name in the metrics (``requests_total{endpoint}``).
+    endpoint: str
 
     def encoder(self) -> Encoder:
         """A fresh encoder for this request's streamed reply."""

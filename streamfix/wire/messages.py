@@ -223,6 +223,8 @@ class MessagesDoor:
     docstring). Raises RequestError (a 400 in Anthropic's shape) when the
     body is not a usable Messages request."""
 
+    endpoint = "messages"
+
     def __init__(self, body: Any) -> None:
         model = model_of(body)
         raw = body.get("messages")

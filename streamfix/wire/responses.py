@@ -118,6 +118,8 @@ class ResponsesDoor:
     """One Responses request translated to chat completions (see module
     docstring). Raises RequestError (a 400) when it cannot be served."""
 
+    endpoint = "responses"
+
     def __init__(self, body: Any) -> None:
         model = model_of(body)
         for key in ("previous_response_id", "conversation"):
