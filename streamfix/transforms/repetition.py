@@ -48,6 +48,46 @@ after the number is identical, on consecutive lines of at most
 A list of identical items is not legitimate output. Multi-line list items
 that loop with a running number are not caught (no exact period either).
 
+**Counted loops** (issue 18). A model that loops while it counts
+(``Step 5: Check the configuration file again.`` / ``Step 6: …``,
+``Attempt 7: the server did not answer, retrying.``) repeats a unit that
+is the same but for one or more numbers moving by a constant step. Its
+*canonical form*, every maximal run of ASCII digits replaced by one
+``0``, is exactly periodic, and the numbers at corresponding positions of
+the copies form arithmetic progressions. Real enumerations have the first
+or fail the second: a procedure whose steps say different things, a CSV
+export or a table whose other cells differ, is not periodic in canonical
+form; a list of numbers, or rows like ``17,pending``, is, so the unit must
+also say something. The evidence (constants below), within issue 18's
+bound of ``max(16 copies, 1000 characters)``:
+
+- at least ``COUNTED_COPIES`` (10) whole copies *and* ``COUNTED_CHARS``
+  (727) characters of canonical periodicity, the shortest period up to
+  ``COUNTED_MAX_PERIOD`` characters;
+- at every number position an arithmetic progression over all of them
+  (runs of at most ``COUNTED_MAX_DIGITS`` digits), at least one with a
+  non-zero step (otherwise the loop is exact);
+- a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (16)
+  letters per number that moves, at least ``COUNTED_LETTERS_PER_DIGIT``
+  (2) per digit, and ``COUNTED_PROBE`` (16) characters in a row without
+  a digit (what the screen below looks for).
+
+Ten copies and 727 characters are more than any of the false-positive
+corpus's enumerations give (a times table to 12 is 336 characters; the
+stdlib's encoding tables count ``0x80``…``0x89`` in ten lines of 15
+letters), and still within the bound: counted loops are looked for at the
+long checks (every ``LONG_AT`` = 256 characters), so at most
+``727 + 256 + 9`` characters, or ``10 + 1`` copies and 265 characters,
+pass before the cut (``tests/test_repetition.py`` pins the arithmetic).
+
+The canonical form is computed only when cheap evidence appears, so text
+without such loops pays a few C searches per 256 characters: a
+``COUNTED_PROBE``-character piece without digits near the check must
+recur one, two and three copies back (give or take ``COUNTED_SHIFT``
+characters, for counters that gain a digit, ``9`` → ``10``). Only then is
+the text of the last few copies canonicalised (one regex pass) and
+checked as above.
+
 **Cost.** Text is never held back. Each channel appends to a list and,
 only at every ``CHECK_EVERY``-th character (absolute positions, so the
 verdict does not depend on chunking), joins its bounded tail and runs a
@@ -57,8 +97,9 @@ them to get candidate periods, verify each with one ``startswith`` slice
 compare. Amortised O(1) per character; the tail is bounded by ``WINDOW``.
 A piece of text that reaches several checks at once (a run of chunks read
 together) screens up to three of them with one search (``quiet``): if the
-first one's probe recurs nowhere and no line ends near them, none of them
-can find anything; otherwise each is made.
+first one's probe recurs nowhere, no line ends near them and the counted
+screen of the long check among them finds nothing, none of them can find
+anything; otherwise each is made.
 
 **Cutting.** On a cut, the text already sent stays sent; of this delta's
 text only what comes before the end of the loop's first copy is kept (the
@@ -68,6 +109,8 @@ client in total.
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -153,19 +196,23 @@ LONG_AT: Final = CHECK_EVERY * LONG_EVERY
 SCREEN_REACH: Final = min(required_span(p) - PROBE - p for p in range(1, MAX_PERIOD + 1))
 
 
-def quiet(s: str, t: int, last: int, long: bool) -> bool:
+def quiet(s: str, t: int, last: int, long: int) -> bool:
     """True when no check at ``t``, ``t + CHECK_EVERY`` … ``last`` (at most
-    ``SCREEN_REACH`` apart, ``t >= MIN_SPAN``) can find a loop or a
-    numbered run, with two searches instead of two per check: a loop of
-    period ``p`` found by any of them makes the text periodic from before
-    ``t``'s probe, so that probe recurs ``p`` characters earlier (``long``:
-    a check among them looks for long periods); a numbered run needs a
-    line end in the last ``CHECK_EVERY`` characters before a check. Text
-    without loops passes; text that fails goes check by check."""
+    ``SCREEN_REACH`` apart, ``t >= MIN_SPAN``) can find a loop, a
+    numbered run or a counted loop, with two searches instead of two per
+    check: a loop of period ``p`` found by any of them makes the text
+    periodic from before ``t``'s probe, so that probe recurs ``p``
+    characters earlier (``long``: the check among them that looks for long
+    periods and counted loops, or -1); a numbered run needs a line end in
+    the last ``CHECK_EVERY`` characters before a check; a counted loop, the
+    long check's own screen. Text without loops passes; text that fails
+    goes check by check."""
     if s.find("\n", t - CHECK_EVERY, last) >= 0:
         return False
-    reach = MAX_PERIOD if long else SHORT_PERIOD
-    return s.rfind(s[t - PROBE : t], max(0, t - PROBE - reach), t - 1) < 0
+    reach = MAX_PERIOD if long >= 0 else SHORT_PERIOD
+    if s.rfind(s[t - PROBE : t], max(0, t - PROBE - reach), t - 1) >= 0:
+        return False
+    return long < 0 or not counted_screen(s, long)
 
 
 def loop_start(s: str, p: int, a: int) -> int:
@@ -217,6 +264,213 @@ def find_numbered(s: str, t: int) -> tuple[int, int] | None:
     return s.find("\n", first) + 1 - first, first
 
 
+#: Counted loops (module doc). Issue 18's bound: at most max(16 copies,
+#: 1000 characters) past the start of a counted loop reach the client.
+COUNTED_BOUND_COPIES: Final = 16
+COUNTED_BOUND_CHARS: Final = 1000
+#: Longest digit run read as a counter: longer ones (ids, phone numbers,
+#: timestamps in ms) are not counted, and ``int`` stays cheap on them.
+COUNTED_MAX_DIGITS: Final = 9
+#: Whole copies of canonical periodicity required. With the check spacing
+#: (``LONG_AT``) and a copy of slack, 10 + 1 copies + 265 characters stay
+#: within 16 copies for every copy over 44 characters; shorter copies
+#: reach ``COUNTED_CHARS`` first.
+COUNTED_COPIES: Final = 10
+#: Characters of canonical periodicity required (in the original text):
+#: the bound less the check spacing, a counter cut at the check, MARGIN.
+COUNTED_CHARS: Final = COUNTED_BOUND_CHARS - LONG_AT - COUNTED_MAX_DIGITS - MARGIN
+#: A unit that says something: letters in one copy per counter (a number
+#: that moves; one that stays is text), and per digit. ``17,pending`` (7
+#: letters), ``Day 1: Push`` / ``Day 2: Pull`` / ``Day 3: Legs`` (21
+#: letters, 3 counters) and ``2026-05-01 12:00:07 INFO heartbeat
+#: received`` (23 letters, 14 digits) are rows, not loops.
+COUNTED_LETTERS_PER_COUNTER: Final = 16
+COUNTED_LETTERS_PER_DIGIT: Final = 2
+#: Longest copy looked for, and the shortest: a number and the letters.
+COUNTED_MAX_PERIOD: Final = SHORT_PERIOD
+COUNTED_MIN_PERIOD: Final = COUNTED_LETTERS_PER_COUNTER + 1
+#: The screen's probe: characters in a row without a digit, searched for
+#: within ``COUNTED_MAX_PERIOD`` before them (nearest
+#: ``COUNTED_CANDIDATES`` occurrences), then one and two copies further
+#: back within ``COUNTED_SHIFT`` characters (counters that gained or lost
+#: a digit between two copies: one per counter, up to four counters).
+COUNTED_PROBE: Final = 16
+COUNTED_CANDIDATES: Final = 2
+COUNTED_SHIFT: Final = 4
+COUNTED_SCREEN_COPIES: Final = 3
+#: How far back a counted check reads (the loop's start for the cut, too):
+#: the tail a channel always keeps, so the verdict does not depend on how
+#: the text was chunked.
+COUNTED_WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
+_DIGIT: Final = re.compile(r"[0-9]")
+_RUN: Final = re.compile(r"[0-9]+")
+_STRETCH: Final = re.compile(f"[^0-9]{{{COUNTED_PROBE}}}")
+
+
+def counted_screen(s: str, t: int) -> int:
+    """The cheap evidence of a counted loop ending at ``s[:t]``: the
+    distance one copy back, or 0. A piece without digits (the last one
+    before ``t``) recurs one, two and three copies back."""
+    if t < COUNTED_CHARS:
+        return 0
+    lim = max(0, t - COUNTED_WINDOW)
+    pe = t
+    if _DIGIT.search(s, t - COUNTED_PROBE, t) is not None:
+        m = _STRETCH.search(s[max(lim, t - COUNTED_MAX_PERIOD - COUNTED_PROBE) : t][::-1])
+        if m is None:
+            return 0
+        pe = t - m.start()
+    ps = pe - COUNTED_PROBE
+    probe = s[ps:pe]
+    lo = max(lim, ps - COUNTED_MAX_PERIOD)
+    end = ps - COUNTED_MIN_PERIOD + COUNTED_PROBE
+    for _ in range(COUNTED_CANDIDATES):
+        i = s.rfind(probe, lo, end)
+        if i < 0:
+            return 0
+        d = ps - i
+        j = i
+        for _ in range(COUNTED_SCREEN_COPIES - 1):
+            a = j - d - COUNTED_SHIFT
+            j = s.find(probe, a, j - d + COUNTED_SHIFT + COUNTED_PROBE) if a >= lim else -1
+            if j < 0:
+                break
+        else:
+            return d
+        end = i + COUNTED_PROBE - 1
+    return 0
+
+
+class _Canon:
+    """``s[r0:e]`` in canonical form (each digit run one ``0``) and where
+    its runs are: canonical index, end in ``s``, value (-1: too long)."""
+
+    __slots__ = ("at", "ends", "r0", "text", "values")
+
+    def __init__(self, s: str, r0: int, e: int) -> None:
+        if r0 > 0 and s[r0 - 1] in _DIGITS:  # start after a run cut in two
+            m = _RUN.match(s, r0, e)
+            if m is not None:
+                r0 = m.end()
+        self.r0 = r0
+        parts: list[str] = []
+        self.at: list[int] = []
+        self.ends: list[int] = []
+        self.values: list[int] = []
+        prev = c = r0
+        for m in _RUN.finditer(s, r0, e):
+            a, b = m.span()
+            parts.append(s[prev:a])
+            c += a - prev
+            self.at.append(c - r0)
+            self.ends.append(b)
+            self.values.append(int(s[a:b]) if b - a <= COUNTED_MAX_DIGITS else -1)
+            parts.append("0")
+            c += 1
+            prev = b
+        parts.append(s[prev:e])
+        self.text = "".join(parts)
+
+    def raw(self, c: int) -> int:
+        """Where canonical index ``c`` is in ``s``."""
+        j = bisect_left(self.at, c)
+        return self.r0 + c if j == 0 else self.ends[j - 1] + c - self.at[j - 1] - 1
+
+    def canonical(self, x: int) -> int:
+        """The last canonical index at or before ``s[x]``."""
+        j = bisect_right(self.ends, x)
+        c = x - self.r0 if j == 0 else self.at[j - 1] + 1 + x - self.ends[j - 1]
+        return min(c, self.at[j]) if j < len(self.at) else c
+
+
+def _steps(values: list[int], k: int, n: int) -> list[int] | None:
+    """The step of each of ``k`` counters over ``n`` copies (``values``
+    copy by copy), if each is an arithmetic progression."""
+    if -1 in values:
+        return None
+    steps = []
+    for col in range(k):
+        v = values[col::k]
+        step = v[1] - v[0]
+        if (v != list(range(v[0], v[0] + step * n, step))) if step else v.count(v[0]) != n:
+            return None
+        steps.append(step)
+    return steps
+
+
+def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
+    """A counted loop ending at ``s[:t]`` whose screen found the distance
+    ``d``: ``(length of its last copy, end of its first copy)``, or None.
+    The shortest canonical period decides; a number cut by the check is
+    left out."""
+    lim = max(0, t - COUNTED_WINDOW)
+    e = t
+    while e > lim and s[e - 1] in _DIGITS:
+        e -= 1
+    reach = max((COUNTED_COPIES + 1) * (d + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
+    cf = _Canon(s, max(lim, e - reach), e)
+    c = cf.text
+    n_c = len(c)
+    if n_c < PROBE + COUNTED_MIN_PERIOD:
+        return None
+    probe = c[n_c - PROBE :]
+    lo = max(0, n_c - PROBE - COUNTED_MAX_PERIOD)
+    end = n_c - 1
+    for _ in range(MAX_CANDIDATES):
+        i = c.rfind(probe, lo, end)
+        if i < 0:
+            return None
+        q = n_c - PROBE - i
+        a = min(n_c - COUNTED_COPIES * q, cf.canonical(e - COUNTED_CHARS))
+        if a >= 0 and c.startswith(c[a + q :], a):
+            break
+        end = i + PROBE - 1
+    else:
+        return None
+    k = len(cf.at) - bisect_left(cf.at, n_c - q)  # numbers in a copy
+    if k == 0:
+        return None
+    n = (n_c - a) // q
+    steps = _steps(cf.values[len(cf.values) - n * k :], k, n)
+    if steps is None:
+        return None
+    counters = k - steps.count(0)
+    letters = sum(map(str.isalpha, c[n_c - q :]))
+    digits = e - cf.raw(n_c - q) - q + k
+    if not counters or letters < max(
+        COUNTED_LETTERS_PER_COUNTER * counters, COUNTED_LETTERS_PER_DIGIT * digits
+    ):
+        return None
+    # A loop: where it began, to keep the text before it and one copy.
+    cf = _Canon(s, lim, e)
+    c = cf.text
+    n_c = len(c)
+    values = cf.values
+    first = n_c - n * q  # the earliest whole copy known to count
+    j = len(values) - n * k  # its first number
+    while (
+        first >= q
+        and j >= k
+        and c.startswith(c[first : first + q], first - q)
+        and all(values[j - k + x] == values[j + x] - steps[x] for x in range(k))
+    ):
+        first -= q
+        j -= k
+    x = k  # counters of the copy before ``first``, from its last
+    while first > 0 and c[first - 1] == c[first - 1 + q]:
+        if c[first - 1] == "0":  # a number: it must count too
+            x -= 1
+            if x < 0 or j - k + x < 0 or values[j - k + x] != values[j + x] - steps[x]:
+                break
+        first -= 1
+    return e - cf.raw(n_c - q), cf.raw(first + q)
+
+
+#: A loop found: its period (for a counted loop, the length of its last
+#: copy), how much of the text that completed it to keep, whether counted.
+Hit = tuple[int, int, bool]
+
+
 class _Channel:
     """One watched text stream: a bounded tail and the text since."""
 
@@ -229,9 +483,9 @@ class _Channel:
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
 
-    def feed(self, text: str, undo_on_hit: bool = False) -> tuple[int, int] | None:
+    def feed(self, text: str, undo_on_hit: bool = False) -> Hit | None:
         """Append ``text``; on a loop, ``(period, characters of text to
-        keep)``, and with ``undo_on_hit`` the channel as it was before
+        keep, counted)``, and with ``undo_on_hit`` the channel as it was before
         (``RepetitionCutter.feed_texts``: no copy of the state is made
         beforehand, which would keep a second reference to the tail and
         make the append below copy it)."""
@@ -246,7 +500,7 @@ class _Channel:
         s += "".join(self.new)
         self.new.clear()
         base = self.base
-        found: tuple[int, int] | None = None
+        found: Hit | None = None
         first_check = t_abs = self.next_check
         total = self.total
         screened = 0  # checks before this one were screened together
@@ -256,11 +510,14 @@ class _Channel:
                 # Several checks due (a run of texts): one screen for up
                 # to ``SCREEN_REACH`` characters of them.
                 last = t_abs + min(total - t_abs, SCREEN_REACH) // CHECK_EVERY * CHECK_EVERY
-                if quiet(s, t, last - base, last // LONG_AT * LONG_AT >= t_abs):
+                long = last // LONG_AT * LONG_AT
+                if quiet(s, t, last - base, long - base if long >= t_abs else -1):
                     t_abs = last + CHECK_EVERY
                     continue
                 screened = last + CHECK_EVERY  # not quiet: each check of them
-            hit = find_loop(s, t, t_abs % LONG_AT == 0)
+            long = t_abs % LONG_AT == 0
+            counted = False
+            hit = find_loop(s, t, long)
             if hit is not None:
                 p, a = hit
                 first = loop_start(s, p, a) + p  # end of the first copy
@@ -268,8 +525,15 @@ class _Channel:
                 hit = find_numbered(s, t)
                 if hit is not None:
                     p, first = hit[0], hit[1] + hit[0]
+                elif long:
+                    d = counted_screen(s, t)
+                    if d:
+                        hit = find_counted(s, t, d)
+                        if hit is not None:
+                            p, first = hit
+                            counted = True
             if hit is not None:
-                found = (p, max(0, min(len(text), base + first - start)))
+                found = (p, max(0, min(len(text), base + first - start)), counted)
                 if undo_on_hit:
                     # ``s`` is the old tail, the old pieces, then ``text``
                     self.tail = s[:held]
@@ -298,7 +562,8 @@ def _take_run(ch: _Channel, feed_one: Callable[[str], bool], texts: list[str], j
 
 
 class RepetitionCutter:
-    """Cuts exact loops in content, reasoning and arguments (module doc)."""
+    """Cuts exact and counted loops in content, reasoning and arguments
+    (module doc)."""
 
     __slots__ = ("_args", "_content", "_lane_hit", "_reasoning", "ctx")
 
@@ -308,7 +573,7 @@ class RepetitionCutter:
         self._reasoning = _Channel()
         self._args: dict[int, _Channel] = {}
         #: A loop found on the plain-text lane, for the ``feed`` that follows.
-        self._lane_hit: tuple[str, tuple[int, int]] | None = None
+        self._lane_hit: tuple[str, Hit] | None = None
 
     def feed_text(self, text: str) -> bool:
         """The plain-text lane (``delta.TextLane``): True unless ``text``
@@ -358,16 +623,16 @@ class RepetitionCutter:
             hit = lane[1] if lane is not None and r is lane[0] else self._reasoning.feed(r)
             if hit is not None:
                 d.reasoning = r[: hit[1]]
-                return self._cut(d, hit[0])
+                return self._cut(d, hit)
         c = d.content
         if lane is not None and c is lane[0]:
             d.content = c[: lane[1][1]]
-            return self._cut(d, lane[1][0])
+            return self._cut(d, lane[1])
         if c:
             hit = self._content.feed(c)
             if hit is not None:
                 d.content = c[: hit[1]]
-                return self._cut(d, hit[0])
+                return self._cut(d, hit)
         pieces = d.arg_text
         if pieces:
             args = self._args
@@ -378,14 +643,16 @@ class RepetitionCutter:
                 hit = ch.feed(text)
                 if hit is not None:
                     # The accumulator is abandoned on stop: no call is emitted.
-                    return self._cut(d, hit[0])
+                    return self._cut(d, hit)
         return None
 
     def close(self, d: Delta) -> None:
         self.feed(d)
 
-    def _cut(self, d: Delta, period: int) -> None:
-        ext: dict[str, Any] = {"cut": "repetition", "period": period}
+    def _cut(self, d: Delta, hit: Hit) -> None:
+        ext: dict[str, Any] = {"cut": "repetition", "period": hit[0]}
+        if hit[2]:
+            ext["counted"] = True
         d.stop = True
         d.finish_reason = "length"
         d.ext = ext
