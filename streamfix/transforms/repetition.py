@@ -67,8 +67,8 @@ bound of ``max(16 copies, 1000 characters)``:
 - at every number position an arithmetic progression over all of them
   (runs of at most ``COUNTED_MAX_DIGITS`` digits), at least one with a
   non-zero step (otherwise the loop is exact);
-- a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (16)
-  letters per number that moves, at least ``COUNTED_LETTERS_PER_DIGIT``
+- a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (20)
+  letters per counter (a number that moves), at least ``COUNTED_LETTERS_PER_DIGIT``
   (2) per digit, and ``COUNTED_PROBE`` (16) characters in a row without
   a digit (what the screen below looks for).
 
@@ -81,11 +81,12 @@ long checks (every ``LONG_AT`` = 256 characters), so at most
 pass before the cut (``tests/test_repetition.py`` pins the arithmetic).
 
 The canonical form is computed only when cheap evidence appears, so text
-without such loops pays a few C searches per 256 characters: a
-``COUNTED_PROBE``-character piece without digits near the check must
-recur one, two and three copies back (give or take ``COUNTED_SHIFT``
-characters, for counters that gain a digit, ``9`` → ``10``). Only then is
-the text of the last few copies canonicalised (one regex pass) and
+without such loops pays a few C searches per 256 characters: the last
+``COUNTED_PROBE`` characters without a digit before the check must recur
+one and two copies back (give or take ``COUNTED_SHIFT`` characters, for
+counters that gain a digit, ``9`` → ``10``), and the text from one
+occurrence to the next must be the same but for its numbers. Only then is
+the text of the last eleven copies canonicalised (one regex pass) and
 checked as above.
 
 **Cost.** Text is never held back. Each channel appends to a list and,
@@ -279,65 +280,98 @@ COUNTED_COPIES: Final = 10
 #: Characters of canonical periodicity required (in the original text):
 #: the bound less the check spacing, a counter cut at the check, MARGIN.
 COUNTED_CHARS: Final = COUNTED_BOUND_CHARS - LONG_AT - COUNTED_MAX_DIGITS - MARGIN
-#: A unit that says something: letters in one copy per counter (a number
-#: that moves; one that stays is text), and per digit. ``17,pending`` (7
-#: letters), ``Day 1: Push`` / ``Day 2: Pull`` / ``Day 3: Legs`` (21
-#: letters, 3 counters) and ``2026-05-01 12:00:07 INFO heartbeat
-#: received`` (23 letters, 14 digits) are rows, not loops.
-COUNTED_LETTERS_PER_COUNTER: Final = 16
+#: A unit that says something: letters in one copy per counter (a
+#: progression that moves; a number that stays is text, and ``12. Step
+#: 12`` counts once), and per digit. ``17,pending`` (7 letters), ``Day 1:
+#: Push`` / ``Day 2: Pull`` / ``Day 3: Legs`` (21 letters, 3 counters),
+#: ``N. Step N: check the pump`` / ``… gauge`` / ``… valve`` (50 letters,
+#: 3 counters) and ``2026-05-01 12:00:07 INFO heartbeat received`` (21
+#: letters, 14 digits) are enumerations, not loops; ``Step 5: Check the
+#: configuration file again.`` (34 letters) is one.
+COUNTED_LETTERS_PER_COUNTER: Final = 20
 COUNTED_LETTERS_PER_DIGIT: Final = 2
 #: Longest copy looked for, and the shortest: a number and the letters.
 COUNTED_MAX_PERIOD: Final = SHORT_PERIOD
 COUNTED_MIN_PERIOD: Final = COUNTED_LETTERS_PER_COUNTER + 1
-#: The screen's probe: characters in a row without a digit, searched for
-#: within ``COUNTED_MAX_PERIOD`` before them (nearest
-#: ``COUNTED_CANDIDATES`` occurrences), then one and two copies further
-#: back within ``COUNTED_SHIFT`` characters (counters that gained or lost
-#: a digit between two copies: one per counter, up to four counters).
+#: The screen's probe: characters in a row without a digit (at least this
+#: many, at most ``PROBE``), searched for within ``COUNTED_MAX_PERIOD``
+#: before them (the nearest
+#: ``COUNTED_CANDIDATES`` occurrences: a copy may repeat a phrase inside
+#: it, ``server server server``), then one copy further back within
+#: ``COUNTED_SHIFT`` characters (counters that gained or lost a digit
+#: between two copies: one per counter, up to four counters).
 COUNTED_PROBE: Final = 16
-COUNTED_CANDIDATES: Final = 2
+COUNTED_CANDIDATES: Final = 8
 COUNTED_SHIFT: Final = 4
-COUNTED_SCREEN_COPIES: Final = 3
 #: How far back a counted check reads (the loop's start for the cut, too):
 #: the tail a channel always keeps, so the verdict does not depend on how
 #: the text was chunked.
 COUNTED_WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
 _DIGIT: Final = re.compile(r"[0-9]")
 _RUN: Final = re.compile(r"[0-9]+")
-_STRETCH: Final = re.compile(f"[^0-9]{{{COUNTED_PROBE}}}")
+_STRETCH: Final = re.compile(f"[^0-9]{{{COUNTED_PROBE},{PROBE}}}")
+_NO_DIGITS: Final = re.compile("[^0-9]*")
 
 
 def counted_screen(s: str, t: int) -> int:
     """The cheap evidence of a counted loop ending at ``s[:t]``: the
-    distance one copy back, or 0. A piece without digits (the last one
-    before ``t``) recurs one, two and three copies back."""
+    distance one copy back, or 0. The probe is the last run of
+    ``COUNTED_PROBE`` to ``PROBE`` characters without a digit (as long as
+    it goes, between two numbers); it recurs one and two copies back, with
+    a number wherever it has one here, and the text from one occurrence to
+    the next is the same but for its numbers. In text that counts but does
+    not loop the numbers fall elsewhere in each round, so the long probe
+    recurs nowhere and a check costs a few C calls."""
     if t < COUNTED_CHARS:
         return 0
-    lim = max(0, t - COUNTED_WINDOW)
-    pe = t
-    if _DIGIT.search(s, t - COUNTED_PROBE, t) is not None:
-        m = _STRETCH.search(s[max(lim, t - COUNTED_MAX_PERIOD - COUNTED_PROBE) : t][::-1])
+    lim = t - COUNTED_WINDOW if t > COUNTED_WINDOW else 0
+    w = s[t - PROBE : t][::-1]
+    m = _NO_DIGITS.match(w)
+    n = m.end() if m else 0
+    if n >= COUNTED_PROBE:
+        ps, pe = t - n, t
+    else:
+        m = _STRETCH.search(w, n)
         if m is None:
-            return 0
-        pe = t - m.start()
-    ps = pe - COUNTED_PROBE
+            m = _STRETCH.search(s[max(lim, t - COUNTED_MAX_PERIOD - PROBE) : t][::-1])
+            if m is None:
+                return 0
+        pe = t - m.start()  # ``s[pe]`` is a digit
+        ps = t - m.end()
     probe = s[ps:pe]
-    lo = max(lim, ps - COUNTED_MAX_PERIOD)
-    end = ps - COUNTED_MIN_PERIOD + COUNTED_PROBE
+    lo = ps - COUNTED_MAX_PERIOD if ps - COUNTED_MAX_PERIOD > lim else lim
+    i = s.rfind(probe, lo, pe - COUNTED_MIN_PERIOD)
+    return 0 if i < 0 else _counted_copy(s, t, lim, ps, pe, lo, i)
+
+
+def _counted_copy(s: str, t: int, lim: int, ps: int, pe: int, lo: int, i: int) -> int:
+    """``counted_screen`` once its probe ``s[ps:pe]`` recurs at ``i``."""
+    size = pe - ps
+    probe = s[ps:pe]
+    after = pe < t  # a number follows the probe
+    before = ps > lim and s[ps - 1] in _DIGITS  # and one comes before it
     for _ in range(COUNTED_CANDIDATES):
-        i = s.rfind(probe, lo, end)
+        if (after and s[i + size] not in _DIGITS) or (before and s[i - 1] not in _DIGITS):
+            i = s.rfind(probe, lo, i + size - 1)
+            if i < 0:
+                return 0
+            continue  # the numbers are not where they are in this copy
+        d = ps - i
+        a = i - d - COUNTED_SHIFT
+        if a < lim:
+            return 0  # and the next candidates are farther
+        j = s.find(probe, a, i - d + COUNTED_SHIFT + size)
+        # From one occurrence to the next: a copy, with a number, the same
+        # as the copy before but for its numbers.
+        if (
+            j >= 0
+            and (after or before or _DIGIT.search(s, i, ps))
+            and _RUN.sub("0", s[i:pe]) == _RUN.sub("0", s[j : i + size])
+        ):
+            return d
+        i = s.rfind(probe, lo, i + size - 1)
         if i < 0:
             return 0
-        d = ps - i
-        j = i
-        for _ in range(COUNTED_SCREEN_COPIES - 1):
-            a = j - d - COUNTED_SHIFT
-            j = s.find(probe, a, j - d + COUNTED_SHIFT + COUNTED_PROBE) if a >= lim else -1
-            if j < 0:
-                break
-        else:
-            return d
-        end = i + COUNTED_PROBE - 1
     return 0
 
 
@@ -384,7 +418,7 @@ class _Canon:
 
 
 def _steps(values: list[int], k: int, n: int) -> list[int] | None:
-    """The step of each of ``k`` counters over ``n`` copies (``values``
+    """The step of each of ``k`` numbers over ``n`` copies (``values``
     copy by copy), if each is an arithmetic progression."""
     if -1 in values:
         return None
@@ -398,17 +432,9 @@ def _steps(values: list[int], k: int, n: int) -> list[int] | None:
     return steps
 
 
-def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
-    """A counted loop ending at ``s[:t]`` whose screen found the distance
-    ``d``: ``(length of its last copy, end of its first copy)``, or None.
-    The shortest canonical period decides; a number cut by the check is
-    left out."""
-    lim = max(0, t - COUNTED_WINDOW)
-    e = t
-    while e > lim and s[e - 1] in _DIGITS:
-        e -= 1
-    reach = max((COUNTED_COPIES + 1) * (d + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
-    cf = _Canon(s, max(lim, e - reach), e)
+def _canonical_period(cf: _Canon, e: int) -> tuple[int, int] | None:
+    """The shortest canonical period of ``cf`` and where the evidence it
+    needs starts (-1: before ``cf``'s text, which is periodic so far)."""
     c = cf.text
     n_c = len(c)
     if n_c < PROBE + COUNTED_MIN_PERIOD:
@@ -422,11 +448,40 @@ def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
             return None
         q = n_c - PROBE - i
         a = min(n_c - COUNTED_COPIES * q, cf.canonical(e - COUNTED_CHARS))
-        if a >= 0 and c.startswith(c[a + q :], a):
-            break
+        if c.startswith(c[max(a, 0) + q :], max(a, 0)):
+            return q, max(a, -1)
         end = i + PROBE - 1
+    return None
+
+
+def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
+    """A counted loop ending at ``s[:t]`` whose screen found the distance
+    ``d``: ``(length of its last copy, end of its first copy)``, or None.
+    The shortest canonical period decides; a number cut by the check is
+    left out."""
+    lim = max(0, t - COUNTED_WINDOW)
+    e = t
+    while e > lim and s[e - 1] in _DIGITS:
+        e -= 1
+    # The text of eleven copies of ``d`` is canonicalised; if the period is
+    # longer (``d`` was a repeat inside a copy), once more for that copy.
+    reach = max((COUNTED_COPIES + 1) * (d + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
+    for _ in range(2):
+        cf = _Canon(s, max(lim, e - reach), e)
+        found = _canonical_period(cf, e)
+        if found is None:
+            return None
+        q, a = found
+        if a >= 0:
+            break
+        if e - reach <= lim:
+            return None
+        copy = e - cf.raw(len(cf.text) - q)
+        reach = max((COUNTED_COPIES + 1) * (copy + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
     else:
         return None
+    c = cf.text
+    n_c = len(c)
     k = len(cf.at) - bisect_left(cf.at, n_c - q)  # numbers in a copy
     if k == 0:
         return None
@@ -434,7 +489,10 @@ def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
     steps = _steps(cf.values[len(cf.values) - n * k :], k, n)
     if steps is None:
         return None
-    counters = k - steps.count(0)
+    # Counters: the numbers that move, one per progression (``12. Step 12``
+    # is one count written twice).
+    first_copy = cf.values[len(cf.values) - n * k :][:k]
+    counters = len({(v, step) for v, step in zip(first_copy, steps, strict=True) if step})
     letters = sum(map(str.isalpha, c[n_c - q :]))
     digits = e - cf.raw(n_c - q) - q + k
     if not counters or letters < max(
