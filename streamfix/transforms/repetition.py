@@ -68,23 +68,28 @@ bound of ``max(16 copies, 1000 characters)``:
   (runs of at most ``COUNTED_MAX_DIGITS`` digits), at least one with a
   non-zero step (otherwise the loop is exact);
 - a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (20)
-  letters per counter (a number that moves), at least ``COUNTED_LETTERS_PER_DIGIT``
-  (2) per digit, and ``COUNTED_PROBE`` (16) characters in a row without
-  a digit (what the screen below looks for).
+  letters per counter (a progression that moves), at least
+  ``COUNTED_LETTERS_PER_DIGIT`` (2) per digit, and ``COUNTED_PROBE`` (16)
+  characters in a row without a digit (what the screen below looks for).
 
-Ten copies and 727 characters are more than any of the false-positive
-corpus's enumerations give (a times table to 12 is 336 characters; the
-stdlib's encoding tables count ``0x80``…``0x89`` in ten lines of 15
-letters), and still within the bound: counted loops are looked for at the
-long checks (every ``LONG_AT`` = 256 characters), so at most
-``727 + 256 + 9`` characters, or ``10 + 1`` copies and 265 characters,
-pass before the cut (``tests/test_repetition.py`` pins the arithmetic).
+Over the whole stdlib (``tests/test_corpus_false_positives.py``), ten
+copies and 727 characters alone, without the letter rules, give no
+counted loop; five copies, 300 characters and 16 letters would cut
+eleven modules (``encodings/cp720.py``: ``'\\x05'  #
+0x05 -> CONTROL CHARACTER`` and the next lines, 18 letters). The letter
+rules add their own margin, and keep cyclic enumerations (``N. Step N:
+check the pump`` / ``… gauge`` / ``… valve``) text. The bound still holds:
+counted loops are looked for at the long checks (every ``LONG_AT`` = 256
+characters), so at most ``727 + 256 + 9`` characters, or 10 copies and
+265 characters, pass before the cut (``tests/test_repetition.py`` pins
+the arithmetic).
 
 The canonical form is computed only when cheap evidence appears, so text
-without such loops pays a few C searches per 256 characters: the last
-``COUNTED_PROBE`` characters without a digit before the check must recur
-one and two copies back (give or take ``COUNTED_SHIFT`` characters, for
-counters that gain a digit, ``9`` → ``10``), and the text from one
+without such loops pays a few C calls per 256 characters (about 1 µs):
+the last run of 16 to 64 characters without a digit before the check
+(which starts or ends at a number, and so must each occurrence) must
+recur one and two copies back (give or take ``COUNTED_SHIFT`` characters,
+for counters that gain a digit, ``9`` → ``10``), and the text from one
 occurrence to the next must be the same but for its numbers. Only then is
 the text of the last eleven copies canonicalised (one regex pass) and
 checked as above.
