@@ -540,6 +540,17 @@ async def test_client_disconnect_closes_upstream_within_100ms() -> None:
     assert rec.closed_at is not None and rec.closed_at - t_close < 0.1
 
 
+async def _until_done(r: aiohttp.ClientResponse) -> bytes:
+    """What the client reads up to ``[DONE]``; a stream that ends without
+    it fails the test."""
+    data = b""
+    async for part in r.content.iter_any():
+        data += part
+        if b"[DONE]" in data:
+            return data
+    pytest.fail("the stream ended without [DONE]")
+
+
 async def test_loop_cut_closes_upstream_within_100ms() -> None:
     head = sse([chunk(role="assistant")], done=False)
     loop = Reply.stream(
@@ -551,14 +562,8 @@ async def test_loop_cut_closes_upstream_within_100ms() -> None:
         aiohttp.ClientSession() as s,
         s.post(px.url + "/chat/completions", json=body()) as r,
     ):
-        data = b""
-        async for part in r.content.iter_any():
-            data += part
-            if b"[DONE]" in data:
-                t_done = time.monotonic()
-                break
-        else:
-            pytest.fail("the loop was not cut")
+        data = await _until_done(r)
+        t_done = time.monotonic()
         rec = up.chat_requests[0]
         await asyncio.wait_for(rec.ended.wait(), 2)
     a = assemble(data)
@@ -588,11 +593,7 @@ async def test_counted_loop_cut_closes_upstream(unit: str) -> None:
         aiohttp.ClientSession() as s,
         s.post(px.url + "/chat/completions", json=body()) as r,
     ):
-        data = b""
-        async for part in r.content.iter_any():
-            data += part
-            if b"[DONE]" in data:
-                break
+        data = await _until_done(r)
         rec = up.chat_requests[0]
         await asyncio.wait_for(rec.ended.wait(), 2)
     a = assemble(data)

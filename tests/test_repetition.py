@@ -347,9 +347,9 @@ def test_cut_ends_the_stream_and_stops_the_session() -> None:
     assert len(a.content) - start <= 400
 
 
-def test_non_streamed_completion_is_cut() -> None:
-    text, start, p = _loop_text(PROSE, "I will try again. ")
-    completion = {
+def _completion(text: str) -> dict[str, Any]:
+    """A non-streamed completion whose reply is ``text``."""
+    return {
         "id": "x",
         "object": "chat.completion",
         "choices": [
@@ -360,7 +360,11 @@ def test_non_streamed_completion_is_cut() -> None:
             }
         ],
     }
-    out = streamfix.fix_completion(completion)
+
+
+def test_non_streamed_completion_is_cut() -> None:
+    text, start, p = _loop_text(PROSE, "I will try again. ")
+    out = streamfix.fix_completion(_completion(text))
     ch = out["choices"][0]
     assert ch["message"]["content"] == text[: start + p]
     assert ch["finish_reason"] == "length"
@@ -806,18 +810,7 @@ def test_counted_loop_in_think_text_is_cut() -> None:
 
 def test_non_streamed_counted_loop_is_cut() -> None:
     text = _counted(PROSE, lambda n: f"Attempt {n}: the server did not answer, retrying. ", 7)
-    completion = {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length",
-            }
-        ],
-    }
-    ch = streamfix.fix_completion(completion)["choices"][0]
+    ch = streamfix.fix_completion(_completion(text))["choices"][0]
     unit = "Attempt 7: the server did not answer, retrying. "
     assert ch["message"]["content"] == PROSE + unit
     assert ch["finish_reason"] == "length"
