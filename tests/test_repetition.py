@@ -566,6 +566,13 @@ COUNTED_LOOPS: list[tuple[str, str, Callable[[int], str], int, int]] = [
     ("cjk", "答案如下：\n", lambda n: f"第{n}步：我们需要重新检查配置文件，然后再试一次。\n", 1, 1),
     ("long paragraph", PROSE, lambda n: _PARAGRAPH_N.format(n), 1, 1),
     ("no newline", "Thinking: ", lambda n: f"iteration {n} of the same reasoning again, ", 1, 1),
+    (
+        "numbers that stay",
+        PROSE,
+        lambda n: f"Attempt {n} of 10: error 503 from 10.0.0.7 port 8080, retrying the request.\n",
+        1,
+        1,
+    ),
 ]
 _COUNTED_IDS = [x[0] for x in COUNTED_LOOPS]
 

@@ -86,8 +86,9 @@ the arithmetic).
 
 The canonical form is computed only when cheap evidence appears, so text
 without such loops pays a few C calls per 256 characters (about 1 µs):
-the last run of 16 to 64 characters without a digit before the check
-(which starts or ends at a number, and so must each occurrence) must
+the last run of 16 to 64 characters without a digit within
+``COUNTED_REACH`` (128) characters before the check (which starts or ends
+at a number, and so must each occurrence) must
 recur one and two copies back (give or take ``COUNTED_SHIFT`` characters,
 for counters that gain a digit, ``9`` → ``10``), and the text from one
 occurrence to the next must be the same but for its numbers. Only then is
@@ -306,6 +307,10 @@ COUNTED_MIN_PERIOD: Final = COUNTED_LETTERS_PER_COUNTER + 1
 #: ``COUNTED_SHIFT`` characters (counters that gained or lost a digit
 #: between two copies: one per counter, up to four counters).
 COUNTED_PROBE: Final = 16
+#: How far back from a check the probe is looked for: two probes' length.
+#: A copy whose text near a check has no ``COUNTED_PROBE`` characters
+#: without a digit in this reach is looked at by the checks where it has.
+COUNTED_REACH: Final = 2 * PROBE
 COUNTED_CANDIDATES: Final = 8
 COUNTED_SHIFT: Final = 4
 #: How far back a counted check reads (the loop's start for the cut, too):
@@ -316,6 +321,16 @@ _DIGIT: Final = re.compile(r"[0-9]")
 _RUN: Final = re.compile(r"[0-9]+")
 _STRETCH: Final = re.compile(f"[^0-9]{{{COUNTED_PROBE},{PROBE}}}")
 _NO_DIGITS: Final = re.compile("[^0-9]*")
+#: Runs of fewer than ``COUNTED_PROBE`` non-digits, each with the digits
+#: after it (in reversed text): linear, unlike searching for the probe.
+_SHORT_RUNS: Final = re.compile(f"(?>[^0-9]{{0,{COUNTED_PROBE - 1}}}[0-9]+)*+")
+
+
+def _probe_before(w: str, n: int) -> re.Match[str] | None:
+    """In reversed text ``w`` with a digit at ``n``: the first run of
+    ``COUNTED_PROBE`` to ``PROBE`` non-digits after it, if any."""
+    runs = _SHORT_RUNS.match(w, n)
+    return None if runs is None else _STRETCH.match(w, runs.end())
 
 
 def counted_screen(s: str, t: int) -> int:
@@ -336,9 +351,9 @@ def counted_screen(s: str, t: int) -> int:
     if n >= COUNTED_PROBE:
         ps, pe = t - n, t
     else:
-        m = _STRETCH.search(w, n)
+        m = _probe_before(w, n)
         if m is None:
-            m = _STRETCH.search(s[max(lim, t - COUNTED_MAX_PERIOD - PROBE) : t][::-1])
+            m = _probe_before(s[t - COUNTED_REACH : t][::-1], n)
             if m is None:
                 return 0
         pe = t - m.start()  # ``s[pe]`` is a digit
