@@ -270,25 +270,23 @@ class ReasoningSplitter:
 
     def _content(self, piece: str, content: list[str]) -> None:
         """``piece`` goes out as content; leading layout blanks dropped."""
-        if not piece:
-            return
-        if self._lead:
-            piece = piece.lstrip()
-            if not piece:
-                return
-            self._lead = False
-        self._said = True
-        content.append(piece)
+        if self._emit(piece, content):
+            self._said = True
 
     def _reasoning(self, piece: str, reasoning: list[str]) -> None:
-        if not piece:
-            return
+        """``piece`` goes out as reasoning; leading layout blanks dropped."""
+        self._emit(piece, reasoning)
+
+    def _emit(self, piece: str, out: list[str]) -> bool:
+        """Append ``piece`` to ``out`` less the blanks that begin a section
+        (``_lead``); whether anything was appended."""
         if self._lead:
             piece = piece.lstrip()
-            if not piece:
-                return
-            self._lead = False
-        reasoning.append(piece)
+            if piece:
+                self._lead = False
+        if piece:
+            out.append(piece)
+        return bool(piece)
 
     def _stale(self, marker: str) -> bool:
         """Whether markup met after the start is text: a family that does
