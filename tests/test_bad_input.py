@@ -237,7 +237,11 @@ async def test_a_new_large_tool_set_does_not_stall_other_streams() -> None:
     during = [t for t in arrivals if t0 <= t <= t0 + built]
     gaps = [b - a for a, b in itertools.pairwise(arrivals) if t0 <= b <= t0 + built]
     assert len(during) >= 3, (built, len(arrivals))
-    assert max(gaps, default=0) < 0.25, (max(gaps), built)
+    # Built on the loop, the matcher would stall the stream for the whole
+    # build (``built``, about 2 s here); off it, the gaps stay at the
+    # stream's pace, plus scheduling noise on two busy cores (0.26-0.34 s
+    # seen under load), well below the build.
+    assert max(gaps, default=0) < min(0.6, built / 2), (max(gaps), built)
 
 
 @pytest.mark.parametrize(
