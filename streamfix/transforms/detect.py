@@ -51,9 +51,9 @@ from ..formats.base import resolve_name
 #: Blanks held where they are layout if a call follows: the templates put
 #: a newline or a space between the text and a call, and the reference
 #: parsers leave it out of the content (canitoolcall's fixtures). So blanks
-#: that end the text so far are held until the next text shows whether a
-#: call follows (dropped then; also at the end after a call). Longer runs
-#: are released (their tail is still held).
+#: that may be layout (``_layout_after``) are held until the next text shows
+#: whether a call follows (dropped then; also at the end after a call).
+#: Longer runs are released (their tail is still held).
 MAX_GAP_WS = 32
 
 #: The characters after which blanks are layout before a call: the end of
@@ -61,7 +61,13 @@ MAX_GAP_WS = 32
 #: the templates write the text before a call. Blanks after anything else
 #: (code, a word) go out at once: holding every newline token of a code
 #: block would cost a rebuilt chunk each, for nothing.
-_SENTENCE_END = frozenset(".:!?。：！？")
+_SENTENCE_END = ".:!?。：！？"
+
+
+def _layout_after(before: str) -> bool:
+    """Whether blanks after the character ``before`` ("" at the reply's
+    start or right after a call) may be layout before a call."""
+    return not before or before in _SENTENCE_END
 
 
 #: Matchers kept per distinct set of offered tool names (requests of one
@@ -96,7 +102,7 @@ QUIET_MAX = 8192
 RUN_SEP = "\x00"
 #: A text of a run that ends in blanks after a sentence's end (or at the
 #: run's start, after what came before): held, so the run goes one by one.
-_BLANK_END = re.compile(r"(?:\A|[.:!?。：！？])[\s\x00]*\s(?:\x00|\Z)")
+_BLANK_END = re.compile(r"(?:\A|[" + _SENTENCE_END + r"])[\s\x00]*\s(?:\x00|\Z)")
 
 
 def _trie(words: Iterable[str]) -> dict[str, Any]:
@@ -326,7 +332,7 @@ class ToolTagDetector:
         blank = last.isspace()
         if blank:
             body = text.rstrip()
-            if (body[-1] if body else self._prev) in _SENTENCE_END or not (body or self._prev):
+            if _layout_after(body[-1] if body else self._prev):
                 return False  # blanks that may be layout before a call are held: feed()
         if text not in self._quiet and not self.m.is_quiet(text) and self._search(text) is not None:
             return False  # a marker or a marker's prefix: feed()
@@ -498,8 +504,7 @@ class ToolTagDetector:
         if not (at and s[at - 1].isspace()):
             return at
         gap_at = _trailing_ws(s, at)
-        before = s[gap_at - 1] if gap_at else self._prev
-        return gap_at if before in _SENTENCE_END or not before else at
+        return gap_at if _layout_after(s[gap_at - 1] if gap_at else self._prev) else at
 
     def _release(self, out: list[str], text: str) -> None:
         if text:

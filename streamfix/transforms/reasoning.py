@@ -46,7 +46,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
 
 from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
@@ -405,8 +404,3 @@ class ReasoningSplitter:
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
-
-
-#: Kept for callers that name the generic tags.
-OPEN: Final = "<think>"
-CLOSE: Final = "</think>"
