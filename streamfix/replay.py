@@ -43,7 +43,7 @@ from .session import SSESession
 REPAIRS = ("lift", "strip", "split_reasoning", "repetition")
 
 #: What the proxy says when a stream ends without ``[DONE]`` and the
-#: client's recorded bytes do not say it (``app.py``'s own words).
+#: client's recorded bytes do not say it (``server/chat.py``'s own words).
 _NO_DONE = "upstream ended the stream before [DONE]"
 
 
@@ -121,7 +121,7 @@ def replay_stream(
     body: dict[str, Any], options: dict[str, Any], reads: Iterable[bytes], error: str, ended: bool
 ) -> tuple[bytes, SSESession]:
     """The bytes a client gets today for these reads, ended as the proxy
-    ends a stream (``app.Proxy._pump``): ``[DONE]`` passed on; without one,
+    ends a stream (``server/chat.py``'s ``_pump``): ``[DONE]`` passed on; without one,
     an error event with ``error``; ``ended`` False (the client left): no end."""
     session = SSESession(body, **options)
     out: list[bytes] = []
@@ -208,7 +208,7 @@ def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcom
             fixed, ctx = replay_completion(body, options, b"".join(reads), _last_error(then))
             report = ctx.report
             if stream and "error" not in fixed:
-                from .server.app import completion_to_sse  # the proxy's own encoding
+                from .server.replies import completion_to_sse  # the proxy's own encoding
 
                 now = assemble(completion_to_sse(fixed))
             else:

@@ -434,9 +434,9 @@ async def test_keepalive_while_a_call_is_held_is_an_event(monkeypatch: pytest.Mo
     """The proxy holds a call written as text until it is whole; meanwhile
     the client sees in_progress events (not comments, which idle timers
     of clients such as Codex do not count)."""
-    from streamfix.server import app as app_module
+    from streamfix.server import client as client_module
 
-    monkeypatch.setattr(app_module, "KEEPALIVE_INTERVAL", 0.02)
+    monkeypatch.setattr(client_module, "KEEPALIVE_INTERVAL", 0.02)
     call = hermes("exec_command", {"cmd": "ls"})
     slow = Reply.events(text_stream([call[i : i + 8] for i in range(0, len(call), 8)]), delay=0.01)
     async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url)) as px:

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from streamfix.server.app import PROXY
+from streamfix.server.proxy import PROXY
 
 from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
 from .upstream_fake import (
@@ -746,9 +746,9 @@ async def test_null_reasoning_fields_do_not_mark_the_upstream() -> None:
 
 
 async def test_keepalive_comments_while_output_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamfix.server import app as app_module
+    from streamfix.server import client as client_module
 
-    monkeypatch.setattr(app_module, "KEEPALIVE_INTERVAL", 0.02)
+    monkeypatch.setattr(client_module, "KEEPALIVE_INTERVAL", 0.02)
     # required soft: prose is held until a call shows up (here: never)
     slow = Reply.events(text_stream(["a", "b", "c", "d", "e"]), delay=0.03)
     async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url, max_reasks=0)) as px:
@@ -790,13 +790,13 @@ async def test_window_is_probed_again_periodically() -> None:
 async def test_a_bug_in_the_chain_ends_the_stream_with_an_error_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from streamfix.server import app as app_module
+    from streamfix.server import chat as chat_module
 
-    class Broken(app_module.SSESession):
+    class Broken(chat_module.SSESession):
         def feed(self, data: bytes) -> bytes:
             raise RuntimeError("bug")
 
-    monkeypatch.setattr(app_module, "SSESession", Broken)
+    monkeypatch.setattr(chat_module, "SSESession", Broken)
     async with (
         FakeUpstream(Reply.stream(text_stream(["x"]))) as up,
         AppServer(proxy_app(up.url)) as px,

@@ -2,7 +2,7 @@
 
 Each door handler reads the body, has ``streamfix.wire`` translate it to
 a chat-completions body (a RequestError is a 400 in the door's own error
-shape), and hands both to ``Proxy.serve_chat``: the same budgets,
+shape), and hands both to ``chat.serve_chat``: the same budgets,
 failover, asking again and repair chain as ``/v1/chat/completions``, with
 the reply encoded by the door. ``door_errors_mw`` gives every error
 answered on a door's path (the proxy's own, an upstream's relayed one, a
@@ -21,8 +21,10 @@ from ..errors import RequestError
 from ..wire import Door
 from ..wire.messages import MessagesDoor, reshape_error
 from ..wire.responses import ResponsesDoor
-from .app import PROXY, Handler, Proxy, validate_chat
 from .budget import estimate_prompt_tokens
+from .chat import serve_chat
+from .proxy import PROXY, Handler, Proxy
+from .validate import validate_chat
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
@@ -71,7 +73,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
             proxy.metrics.requests.labels(endpoint, "false", str(exc.status)).inc()
             raise
         proxy.metrics.count_report(door.dropped)
-        return await proxy.serve_chat(request, door.chat_body, door)
+        return await serve_chat(proxy, request, door.chat_body, door)
 
     return handle
 

@@ -1,0 +1,157 @@
+"""Asking again: what one request's successive upstream attempts share, and
+the policy that decides whether a repaired reply is discarded and the
+request sent once more (at most ``max_reasks`` times, each reason once).
+
+The reasons: the repaired reply is empty; a tool call was cut off by the
+output limit (asked with twice the allowance, clamped to the window);
+``--required soft`` with ``tool_choice: "required"`` and no call (asked
+with an instruction naming the tools); the upstream said
+``context_length_exceeded`` (the window is learned from the message, the
+prompt fitted).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..context import Report, tools_of
+from ..wire import Door
+from .budget import (
+    BudgetPolicy,
+    estimate_prompt_tokens,
+    fit_prompt,
+    prompt_tokens_from_error,
+    window_from_error,
+)
+from .metrics import Metrics
+from .upstreams import Upstream
+
+log = logging.getLogger("streamfix.server")
+
+#: The instruction added when ``tool_choice: "required"`` got prose back.
+REQUIRED_INSTRUCTION = (
+    "You must answer this turn by calling one of these tools: {names}. "
+    "Reply with a tool call only, not with text."
+)
+
+
+class Attempt:
+    """What one request's successive upstream attempts share."""
+
+    __slots__ = ("body", "done", "door", "endpoint", "reasks", "soft", "stream", "tail")
+
+    def __init__(
+        self, body: dict[str, Any], soft: bool, stream: bool, door: Door | None = None
+    ) -> None:
+        self.body = body  # sent upstream (before the per-upstream budget)
+        self.soft = soft
+        self.stream = stream
+        self.door = door  # the front door the request came in by, if not chat
+        self.endpoint = "chat" if door is None else door.endpoint  # the metrics' label
+        self.reasks = 0
+        self.done: set[str] = set()  # re-ask reasons used
+        #: The end of a reply kept while the proxy looks into why it was
+        #: empty (see ``chat.diagnose_empty``).
+        self.tail = b""
+
+
+def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with an instruction naming the offered tools, merged into
+    the first system message (several chat templates reject a system
+    message anywhere but first) or added as one."""
+    names = ", ".join(tools_of(body))
+    text = REQUIRED_INSTRUCTION.format(names=names)
+    messages = [dict(m) for m in body["messages"]]
+    first = messages[0]
+    if first.get("role") in ("system", "developer") and isinstance(first.get("content"), str):
+        first["content"] = f"{first['content']}\n\n{text}"
+    else:
+        messages.insert(0, {"role": "system", "content": text})
+    out = dict(body)
+    out["messages"] = messages
+    return out
+
+
+def raise_allowance(
+    body: dict[str, Any], sent: dict[str, Any] | None, reservation: int
+) -> dict[str, Any]:
+    """``body`` asking for twice the output tokens last sent (the budget
+    clamps the result to the window). A request that set no limit is left
+    as is: the engine already allowed what fits."""
+    out = dict(body)
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            cur = (sent or body).get(key) or body[key] or reservation
+            out[key] = max(int(cur) * 2, body[key])
+    return out
+
+
+def count_trim(metrics: Metrics, up: Upstream, info: dict[str, Any]) -> None:
+    """A prompt was trimmed to fit ``up``'s window: counted and logged."""
+    metrics.prompt_trims.inc()
+    log.info("prompt trimmed for %s: %s", up.name, info)
+
+
+class AskAgain:
+    """The policy: whether to ask again, and the body to ask with."""
+
+    __slots__ = ("max_reasks", "metrics", "policy")
+
+    def __init__(self, max_reasks: int, policy: BudgetPolicy, metrics: Metrics) -> None:
+        self.max_reasks = max_reasks
+        self.policy = policy
+        self.metrics = metrics
+
+    def reason(self, att: Attempt, report: Report, calls: int) -> str | None:
+        """Why the repaired reply is to be asked again, or None."""
+        if att.reasks >= self.max_reasks:
+            return None
+        # a cut-off call also leaves the reply empty: the specific reason first
+        if report.truncated_call and "truncated_call" not in att.done:
+            return "truncated_call"
+        if report.empty_after_repair and "empty" not in att.done:
+            return "empty"
+        if att.soft and calls == 0 and "required" not in att.done:
+            return "required"
+        return None
+
+    def next_body(self, att: Attempt, reason: str, sent: dict[str, Any]) -> None:
+        """``att.body`` for asking again for ``reason`` (counted)."""
+        att.reasks += 1
+        att.done.add(reason)
+        self.metrics.reasks.labels(reason).inc()
+        if reason == "truncated_call":
+            att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
+        elif reason == "required":
+            att.body = with_required_instruction(att.body)
+
+    def context_exceeded(self, up: Upstream, att: Attempt, raw: bytes) -> bool:
+        """An upstream 400 ``context_length_exceeded`` (or that error as an
+        event in a 200 stream): learn the window and say whether to ask
+        again (once)."""
+        if b"context_length_exceeded" not in raw or "context" in att.done:
+            return False
+        error: bytes = raw
+        if window_from_error(raw) is None:  # an error event inside a 200 stream
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data:") and b"context_length_exceeded" in line:
+                    error = line[5:].strip()
+                    break
+        window = window_from_error(error)
+        if window is None or att.reasks >= self.max_reasks:
+            return False
+        up.learn_window(window)
+        prompt = prompt_tokens_from_error(error)
+        estimate = estimate_prompt_tokens(att.body)
+        if prompt and estimate:
+            up.token_scale = prompt / estimate
+        # The prompt itself may be what does not fit: clamping the reply
+        # alone cannot help then (llama.cpp lowers max_tokens by itself).
+        att.body, trim = fit_prompt(att.body, window, self.policy, scale=up.token_scale)
+        if trim is not None:
+            count_trim(self.metrics, up, trim)
+        att.reasks += 1
+        att.done.add("context")
+        self.metrics.reasks.labels("context").inc()
+        return True

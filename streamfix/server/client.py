@@ -1,0 +1,128 @@
+"""The streamed response to the client: prepared once, written through a
+front door's encoder, and held back while the request may still be asked
+again (bounded, with keep-alive comments meanwhile)."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..wire import Encoder
+from . import record
+
+#: Repaired bytes held back while a re-ask is still possible. A reply
+#: whose held part grows past this is committed (streamed as is): holding
+#: more would delay a long prose answer for nothing and grow memory.
+MAX_HELD_BYTES = 256 * 1024
+
+#: Seconds between keep-alive comments sent while output is held, well
+#: under the usual 60 s idle timeouts of load balancers and clients.
+KEEPALIVE_INTERVAL = 5.0
+
+_KEEPALIVE = b": keep-alive\n\n"
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+
+class ClientGone(Exception):
+    """Writing to the client failed: it went away."""
+
+
+class ClientStream:
+    """The streamed response to the client, with a hold-back buffer."""
+
+    __slots__ = (
+        "committed",
+        "encoder",
+        "held",
+        "held_bytes",
+        "last_write",
+        "recording",
+        "request",
+        "resp",
+    )
+
+    def __init__(self, request: web.Request, encoder: Encoder | None = None) -> None:
+        self.request = request
+        #: A front door's encoder (``streamfix.wire``): everything written
+        #: to the client goes through it, and only what is written, so
+        #: held bytes discarded for a re-ask never reach it.
+        self.encoder = encoder
+        self.resp: web.StreamResponse | None = None
+        self.held: list[bytes] = []
+        self.held_bytes = 0
+        self.committed = False
+        self.last_write = time.monotonic()
+        self.recording = record.current()
+
+    @property
+    def prepared(self) -> bool:
+        return self.resp is not None
+
+    @property
+    def response(self) -> web.StreamResponse:
+        assert self.resp is not None, "not prepared"
+        return self.resp
+
+    async def prepare(self, extra: CIMultiDict[str]) -> None:
+        if self.resp is not None:
+            return
+        resp = web.StreamResponse(status=200)
+        for k, v in extra.items():
+            resp.headers.add(k, v)
+        resp.headers.update(SSE_HEADERS)
+        self.resp = resp
+        try:
+            await resp.prepare(self.request)
+        except ConnectionResetError as exc:
+            raise ClientGone from exc
+
+    async def write(self, data: bytes) -> None:
+        assert self.resp is not None
+        if self.encoder is not None:
+            data = self.encoder.feed(data)
+            if not data:
+                return
+        try:
+            await self.resp.write(data)
+        except ConnectionResetError as exc:
+            raise ClientGone from exc
+        self.last_write = time.monotonic()
+        if self.recording is not None:
+            self.recording.to_client(data)
+
+    def gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    def hold(self, data: bytes) -> None:
+        self.held.append(data)
+        self.held_bytes += len(data)
+
+    async def keepalive_if_due(self) -> None:
+        if time.monotonic() - self.last_write >= KEEPALIVE_INTERVAL:
+            await self.write(_KEEPALIVE)
+
+    async def commit(self) -> None:
+        self.committed = True
+        if self.held:
+            data = b"".join(self.held)
+            self.held.clear()
+            self.held_bytes = 0
+            await self.write(data)
+
+    def discard(self) -> None:
+        self.held.clear()
+        self.held_bytes = 0
+
+    async def send(self, data: bytes) -> None:
+        if self.committed:
+            await self.write(data)
+        else:
+            self.hold(data)

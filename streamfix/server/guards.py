@@ -1,0 +1,74 @@
+"""The proxy's own middlewares: every error in OpenAI's shape with no
+upstream key in it, and the inbound key check."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from aiohttp import web
+
+from ..errors import RequestError
+from .proxy import PROXY, Handler
+from .replies import STATUS_TYPES, json_error
+
+log = logging.getLogger("streamfix.server")
+
+
+@web.middleware
+async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors as OpenAI-shaped JSON (a RequestError, aiohttp's HTTP errors,
+    a bug of ours), and upstream keys redacted from every error body."""
+    proxy = request.app[PROXY]
+    try:
+        resp = await handler(request)
+        if resp.status >= 400 and isinstance(resp, web.Response):
+            body = resp.body
+            if isinstance(body, bytes) and proxy.upstream_secrets:
+                out = proxy.redact(body)
+                if out != body:
+                    resp.body = out
+        return resp
+    except RequestError as exc:
+        return json_error(
+            exc.status,
+            str(exc),
+            STATUS_TYPES.get(exc.status, "invalid_request_error"),
+            param=exc.param,
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text or exc.reason
+        if exc.status == 413:
+            message = f"request body too large (limit {proxy.cfg.body_limit} bytes)"
+        return json_error(
+            exc.status, message, STATUS_TYPES.get(exc.status, "invalid_request_error")
+        )
+    except Exception:
+        # A bug of ours: an OpenAI-shaped 500 rather than aiohttp's plain
+        # text one (a streamed reply already begun ends in ``chat.pump``).
+        if request.writer.output_size > 0:
+            raise
+        log.exception("internal error on %s %s", request.method, request.path)
+        return json_error(500, "streamfix internal error (see the proxy log)", "internal_error")
+
+
+@web.middleware
+async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With ``--api-key``, every route but /healthz and /metrics needs one
+    of the keys (``Authorization: Bearer`` or Anthropic's ``x-api-key``)."""
+    keys = request.app[PROXY].api_keys
+    if keys and request.path not in ("/healthz", "/metrics"):
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+        if not token:  # Anthropic clients send their key as x-api-key
+            token = request.headers.get("x-api-key", "").strip().encode()
+        ok = False
+        for key in keys:  # no early exit: constant time per key
+            ok |= hmac.compare_digest(token, key)
+        if not ok:
+            return json_error(
+                401, "invalid or missing API key", "authentication_error", "invalid_api_key"
+            )
+    return await handler(request)
