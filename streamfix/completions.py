@@ -189,10 +189,11 @@ class CompletionSession:
     ``feed`` raises UpstreamProtocolError on a broken stream (not SSE, a
     chunk that is not a JSON object, an event over the size limit): pass it
     to ``fail``. ``finished`` turns true once the stream is over for the
-    client (``[DONE]`` went out); ``stopped`` when that was because every
-    choice has ended and one was cut: stop reading and close the upstream
-    request, the returned bytes already end the stream with ``[DONE]``.
-    ``report`` says what was cut.
+    client (``[DONE]`` or an error event went out; later input is ignored);
+    ``stopped`` when that was because every choice has ended and one was
+    cut: stop reading and close the upstream request, the returned bytes
+    already end the stream with ``[DONE]``. ``report`` says what was cut.
+    A session serves one reply: a stream, or one ``complete``.
     """
 
     def __init__(self, request: dict[str, Any] | None = None, **options: Any) -> None:
@@ -207,7 +208,7 @@ class CompletionSession:
         self._any_cut = False
         self._unwatched = False  # a choice past MAX_CHOICES was seen
         #: The last chunk with choices, as the model for one we must make.
-        self._template: bytes | dict[str, Any] | None = None
+        self._template: bytes | None = None
         #: Output of a read whose later event was broken (see ``fail``).
         self._salvage = b""
         self.finished = False
@@ -362,8 +363,7 @@ class CompletionSession:
                 choices.append(_choice_obj(base, d))
         if not choices:
             return b""
-        src = self._template
-        obj = orjson.loads(src) if isinstance(src, bytes) else dict(src or {})
+        obj = orjson.loads(self._template) if self._template is not None else {}
         top = {k: v for k, v in obj.items() if k not in ("choices", "usage")}
         top.setdefault("object", "text_completion")
         top["choices"] = choices
