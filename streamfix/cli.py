@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
@@ -33,7 +34,8 @@ def _add_serve(sub: Any) -> None:
         description=(
             "An OpenAI-compatible proxy in front of one or more chat backends "
             "(vLLM, llama.cpp, Ollama, LM Studio, SGLang, any /v1 API) that repairs "
-            "their streams: POST /v1/chat/completions, GET /v1/models, /healthz, /metrics."
+            "their streams: POST /v1/chat/completions, /v1/messages, /v1/responses, "
+            "/v1/completions, /v1/embeddings, GET /v1/models, /healthz, /metrics."
         ),
         epilog=settings_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -44,7 +46,7 @@ def _add_serve(sub: Any) -> None:
         action="append",
         metavar="URL",
         help="upstream base URL ending in /v1; repeat for several "
-        "(options after '#': weight=, window=, api_key=, reasoning=)",
+        "(options after '#': weight=, window=, api_key=, reasoning=, model=, name=, kind=)",
     )
     p.add_argument("--config", metavar="FILE.toml", help="TOML settings file")
     p.add_argument(
@@ -57,7 +59,9 @@ def _add_serve(sub: Any) -> None:
     )
     for s in SETTINGS:
         kwargs: dict[str, Any] = {"dest": s.name, "help": s.help, "default": None, "type": s.type}
-        if s.choices:
+        if s.type is bool:  # a switch: given means on
+            kwargs = {"dest": s.name, "help": s.help, "default": None, "action": "store_true"}
+        elif s.choices:
             kwargs["choices"] = s.choices
         elif s.metavar:
             kwargs["metavar"] = s.metavar
@@ -98,11 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> ServerConfig:
+    return config_source(args, env)()
+
+
+def config_source(
+    args: argparse.Namespace, env: dict[str, str] | None = None
+) -> Callable[[], ServerConfig]:
+    """Reads the configuration from the flags, the environment and the TOML
+    file, each time it is called: what SIGHUP reloads from (the file is
+    read again; flags and environment are as they were at start)."""
     cli = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
-    return build_config(cli, os.environ.copy() if env is None else env, args.config)
+    return functools.partial(
+        build_config, cli, os.environ.copy() if env is None else env, args.config
+    )
 
 
-def _run(cfg: ServerConfig, reuse_port: bool) -> None:
+def _run(
+    cfg: ServerConfig, reuse_port: bool, source: Callable[[], ServerConfig] | None = None
+) -> None:
     from aiohttp import web
 
     from .server.app import create_app
@@ -111,7 +128,7 @@ def _run(cfg: ServerConfig, reuse_port: bool) -> None:
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     web.run_app(
-        create_app(cfg),
+        create_app(cfg, source),
         host=cfg.host,
         port=cfg.port,
         handler_cancellation=True,
@@ -121,12 +138,15 @@ def _run(cfg: ServerConfig, reuse_port: bool) -> None:
     )
 
 
-def _worker(cfg: ServerConfig) -> None:
+def _worker(cfg: ServerConfig, source: Callable[[], ServerConfig] | None) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        _run(cfg, reuse_port=True)
+        _run(cfg, reuse_port=True, source=source)
 
 
-def serve(cfg: ServerConfig) -> int:
+def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -> int:
+    """Serve until interrupted. With ``source``, SIGHUP reloads the routing
+    table from it (with ``--workers``, the parent passes SIGHUP on to each
+    worker)."""
     ups = ", ".join(u.name for u in cfg.upstreams)
     print(
         f"streamfix {__version__}: http://{cfg.host}:{cfg.port}/v1 -> {ups}"
@@ -135,13 +155,15 @@ def serve(cfg: ServerConfig) -> int:
         flush=True,
     )
     if cfg.workers == 1:
-        _run(cfg, reuse_port=False)
+        _run(cfg, reuse_port=False, source=source)
         return 0
     if not hasattr(__import__("socket"), "SO_REUSEPORT"):
         print("--workers needs SO_REUSEPORT (Linux, BSD, macOS)", file=sys.stderr)
         return 2
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(cfg,), daemon=False) for _ in range(cfg.workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(cfg, source), daemon=False) for _ in range(cfg.workers)
+    ]
     for p in procs:
         p.start()
 
@@ -150,7 +172,13 @@ def serve(cfg: ServerConfig) -> int:
             if p.is_alive() and p.pid is not None:
                 os.kill(p.pid, signal.SIGINT)
 
+    def reload(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGHUP)
+
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, reload)
     try:
         for p in procs:
             p.join()
@@ -184,10 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return replay.run(args, sys.stdout)
         return probe.run(args, sys.stdout)
+    source = config_source(args)
     try:
-        cfg = config_from_args(args)
+        cfg = source()
     except ConfigError as exc:
         parser.error(str(exc))
     if not cfg.upstreams:
         parser.error("no upstream: give --upstream URL (or STREAMFIX_UPSTREAM, or [[upstream]])")
-    return serve(cfg)
+    return serve(cfg, source)

@@ -19,7 +19,16 @@ class UpstreamProtocolError(StreamfixError):
 class RequestError(StreamfixError):
     """The client's request cannot be served as sent (their fault)."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        type_: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.param = param
+        self.code = code
+        self.type = type_  # the OpenAI error type; None: the status's

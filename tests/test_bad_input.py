@@ -346,7 +346,7 @@ async def test_wrong_content_type_is_still_read_as_json() -> None:
     [
         ("GET", "/v1/chat/completions", 405),
         ("PUT", "/v1/chat/completions", 405),
-        ("POST", "/v1/completions", 404),
+        ("POST", "/v1/images/generations", 404),
         ("GET", "/v1/../etc/passwd", 404),
         ("POST", "/v2/chat/completions", 404),
     ],

@@ -57,6 +57,9 @@ def test_help_states_the_defaults_the_config_has() -> None:
         if value == "off" and s.type is str and not s.choices:
             assert want is None, s.name  # a feature off unless given
             continue
+        if s.type is bool:  # a switch
+            assert want is (value == "on"), s.name
+            continue
         got = s.type(value) * units[unit] if unit else s.type(value)
         assert got == want, (s.name, stated.group(1), want)
 

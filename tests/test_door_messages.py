@@ -182,7 +182,10 @@ async def test_bad_request_is_a_400_in_anthropic_shape(stack: Stack) -> None:
             assert r.status == 400 and (await r.json())["type"] == "error"
         async with s.get(px.root + "/metrics") as r:
             text = await r.text()
-    assert 'streamfix_requests_total{endpoint="messages",status="400",stream="false"} 2.0' in text
+    assert (
+        'streamfix_requests_total{endpoint="messages",model="-",status="400",stream="false",'
+        'tenant="-"} 2.0' in text
+    )
     assert not up.chat_requests
 
 
@@ -299,7 +302,10 @@ async def test_request_translation_claude_code_shape(stack: Stack) -> None:
     async with aiohttp.ClientSession() as s, s.get(px.root + "/metrics") as r:
         text = await r.text()
     assert 'streamfix_repairs_total{kind="dropped_tool"} 1.0' in text
-    assert 'streamfix_requests_total{endpoint="messages",status="200",stream="true"} 1.0' in text
+    assert (
+        'streamfix_requests_total{endpoint="messages",model="*",status="200",stream="true",'
+        'tenant="-"} 1.0' in text
+    )
 
 
 @pytest.mark.parametrize(

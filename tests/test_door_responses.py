@@ -372,7 +372,10 @@ async def test_request_translation_codex_shape(stack: Stack) -> None:
         text = await r.text()
     assert 'streamfix_repairs_total{kind="dropped_tool"} 1.0' in text
     assert 'streamfix_repairs_total{kind="dropped_input_item"} 1.0' in text
-    assert 'streamfix_requests_total{endpoint="responses",status="200",stream="true"} 1.0' in text
+    assert (
+        'streamfix_requests_total{endpoint="responses",model="*",status="200",stream="true",'
+        'tenant="-"} 1.0' in text
+    )
 
 
 async def test_additional_tools_and_tool_search(stack: Stack) -> None:
@@ -403,19 +406,44 @@ async def test_additional_tools_and_tool_search(stack: Stack) -> None:
     assert names == ["tool_search", "functions__exec"]
 
 
-async def test_tool_choice_function(stack: Stack) -> None:
-    up, _, client = stack
-    up.push(Reply.json(completion("ok")))
-    await client.responses.create(
-        model="m",
-        input="hi",
-        tools=[EXEC_TOOL],  # type: ignore[list-item]
-        tool_choice={"type": "function", "name": "exec_command"},
-        parallel_tool_calls=False,
-    )
+async def test_tool_choice_function() -> None:
+    """Translated to chat's named form; with ``--required off`` it is sent
+    upstream as is."""
+    async with FakeUpstream() as up, AppServer(proxy_app(up.url, required="off")) as px:
+        client = openai.AsyncOpenAI(api_key="sk-test", base_url=px.url, max_retries=0)
+        up.push(Reply.json(completion("ok")))
+        await client.responses.create(
+            model="m",
+            input="hi",
+            tools=[EXEC_TOOL],  # type: ignore[list-item]
+            tool_choice={"type": "function", "name": "exec_command"},
+            parallel_tool_calls=False,
+        )
+        await client.close()
     chat = up.chat_requests[0].body
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "exec_command"}}
     assert chat["parallel_tool_calls"] is False
+
+
+async def test_tool_choice_function_is_narrowed_by_default(stack: Stack) -> None:
+    """``--required soft`` (the default) reaches a door's named tool too:
+    only that tool goes upstream, with ``auto``; a reply without a call is
+    asked once more."""
+    up, _, client = stack
+    up.push(Reply.json(completion("I would rather chat.")))
+    up.push(Reply.json(completion(hermes("exec_command", {"cmd": "ls"}))))
+    other = {**EXEC_TOOL, "name": "write_stdin"}
+    resp = await client.responses.create(
+        model="m",
+        input="hi",
+        tools=[other, EXEC_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "exec_command"},
+    )
+    first, second = (r.body for r in up.chat_requests)
+    assert [t["function"]["name"] for t in first["tools"]] == ["exec_command"]
+    assert first["tool_choice"] == second["tool_choice"] == "auto"
+    assert [item.type for item in resp.output] == ["function_call"]
+    assert resp.output[0].name == "exec_command"  # type: ignore[union-attr]
 
 
 async def test_max_output_tokens_is_clamped_to_the_window() -> None:

@@ -285,7 +285,7 @@ async def test_a_reused_connection_closed_by_the_upstream_is_sent_again() -> Non
             status, data = await post(px.url, body(stream=False))
             assert status == 200, data
             assert orjson.loads(data)["choices"][0]["message"]["content"] == "hello"
-        (upstream,) = px.app[PROXY].pool.upstreams
+        (upstream,) = px.app[PROXY].table.upstreams
         assert upstream.failures == 0
     assert up.dropped == 1 and up.answered == 8
 

@@ -150,7 +150,7 @@ async def test_failover_when_first_upstream_refuses_connections() -> None:
         # weight makes the dead one first almost always (1000 in 1001); the
         # draw is fixed here so that it is first, as the assertion needs
         app = proxy_app(f"{dead}#weight=1000", up.url)
-        app[PROXY].pool._random.random = lambda: 0.5
+        app[PROXY].table.pool._random.random = lambda: 0.5
         async with AppServer(app) as px:
             status, _, data = await post(px.url, body())
             assert status == 200 and assemble(data).content == "ok"
@@ -712,7 +712,10 @@ async def test_metrics_count_repairs_by_kind() -> None:
         await post(px.url, {**TOOLS_BODY, "stream": True})
         text = await metrics_text(px)
     assert 'streamfix_repairs_total{kind="calls.' in text
-    assert 'streamfix_requests_total{endpoint="chat",status="200",stream="true"} 1.0' in text
+    assert (
+        'streamfix_requests_total{endpoint="chat",model="*",status="200",stream="true",tenant="-"}'
+        " 1.0" in text
+    )
 
 
 async def test_context_error_event_inside_a_200_stream_learns_window() -> None:

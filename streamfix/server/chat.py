@@ -11,6 +11,11 @@ Streamed (through ``SSESession``), one request::
 Non-streamed replies are repaired whole (``Chain.complete``). The front
 doors (``doors.py``) hand their translated bodies to ``serve_chat``.
 
+The request's ``model`` picks its rows in the request's table
+(``table.py``): failover and asking again stay within them. With
+``--request-timeout`` the whole request is bounded: a 504 before the
+reply began, an error event (``request_timeout``) after.
+
 *Holding.* Until the chain has emitted real output (``output_started``;
 with ``--required soft`` and ``tool_choice: "required"``, until a call was
 emitted) the repaired bytes are held, not written (``client.ClientStream``),
@@ -32,6 +37,7 @@ the upstream dies or times out (an error event goes to the client).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -47,10 +53,10 @@ from ..errors import RequestError, UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..wire import Door
 from . import record
-from .attempts import Attempt
+from .attempts import Attempt, named_tool, narrow_to_tool
 from .body import BodyReads
 from .client import MAX_HELD_BYTES, ClientGone, ClientStream
-from .proxy import PROXY, Proxy, chain_options
+from .proxy import PROXY, Proxy, chain_options, table_of, with_model
 from .replies import (
     calls_in,
     completion_to_sse,
@@ -59,27 +65,16 @@ from .replies import (
     read_reply,
     relay_error,
 )
+from .table import tenant_label, tenant_of
 from .upstreams import ERROR_BODY_BYTES, ReadWatch, Upstream, UpstreamFailure, response_headers
-from .validate import validate_chat
+from .validate import read_request, validate_chat
 
 log = logging.getLogger("streamfix.server")
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY]
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        proxy.count("chat", False, 413)
-        raise
-    try:
-        body = validate_chat(orjson.loads(raw))
-    except orjson.JSONDecodeError:
-        proxy.count("chat", False, 400)
-        raise RequestError("request body is not valid JSON") from None
-    except RequestError:
-        proxy.count("chat", False, 400)
-        raise
+    body = await read_request(proxy, request, "chat", validate_chat)
     return await serve_chat(proxy, request, body)
 
 
@@ -89,14 +84,26 @@ async def serve_chat(
     """Serve a validated chat body; a front door's (``streamfix.wire``)
     reply is encoded by ``door``."""
     stream = body.get("stream") is True
+    endpoint = "chat" if door is None else door.endpoint
+    tenant = tenant_label(request)
+    try:
+        route = table_of(request).route("chat", body.get("model"), tenant_of(request))
+    except RequestError as exc:
+        proxy.count(endpoint, stream, exc.status, tenant)
+        raise
+    soft = proxy.cfg.required == "soft" and bool(body.get("tools"))
+    name = named_tool(body) if soft else None
+    if name is not None:
+        up_body = narrow_to_tool(body, name)
+        # The chain lifts only what the model was shown: the one tool.
+        body = {**body, "tools": up_body["tools"]}
+    else:
+        soft = soft and body.get("tool_choice") == "required" and bool(tools_of(body))
+        up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
     tools = tools_of(body)
     if tools:
         await proxy.build_matcher(tools)
-    soft = proxy.cfg.required == "soft" and body.get("tool_choice") == "required" and bool(tools)
-    up_body = dict(body)
-    if soft:
-        up_body["tool_choice"] = "auto"
-    att = Attempt(up_body, soft, stream, door)
+    att = Attempt(up_body, soft, stream, door, route.rows, (tenant, route.model), name is not None)
     async with proxy.slot():
         if stream:
             return await _chat_stream(proxy, request, body, att)
@@ -106,15 +113,29 @@ async def serve_chat(
 async def _chat_once(
     proxy: Proxy, request: web.Request, client_body: dict[str, Any], att: Attempt
 ) -> web.StreamResponse:
+    deadline = proxy.deadline()
+    try:
+        async with deadline:
+            return await _chat_once_within(proxy, request, client_body, att)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        proxy.count(att.endpoint, False, 504, *att.labels)
+        return json_error(504, proxy.timeout_message, "timeout", "request_timeout")
+
+
+async def _chat_once_within(
+    proxy: Proxy, request: web.Request, client_body: dict[str, Any], att: Attempt
+) -> web.StreamResponse:
     while True:
         sent: dict[str, Any] = {}
         base = att.body
         try:
             up, resp = await proxy.send(
-                "POST", "/chat/completions", request, proxy.body_fn(base, sent)
+                "POST", "/chat/completions", request, proxy.body_fn(base, sent), att.rows
             )
         except UpstreamFailure as f:
-            proxy.count(att.endpoint, False, f.status)
+            proxy.count(att.endpoint, False, f.status, *att.labels)
             return failure_response(f)
         proxy.record_attempt(up, sent, resp)
         try:
@@ -123,7 +144,7 @@ async def _chat_once(
             kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
             proxy.upstream_error(up, kind)
             status = 504 if kind == "timeout" else 502
-            proxy.count(att.endpoint, False, status)
+            proxy.count(att.endpoint, False, status, *att.labels)
             return json_error(
                 status,
                 f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
@@ -135,7 +156,7 @@ async def _chat_once(
         if resp.status != 200:
             if resp.status == 400 and proxy.ask.context_exceeded(up, att, raw):
                 continue
-            proxy.count(att.endpoint, False, resp.status)
+            proxy.count(att.endpoint, False, resp.status, *att.labels)
             return relay_error(
                 resp.status, raw, response_headers(resp.headers), resp.content_type, up.name
             )
@@ -145,7 +166,7 @@ async def _chat_once(
             obj = None
         if not isinstance(obj, dict):
             proxy.upstream_error(up, "protocol")
-            proxy.count(att.endpoint, False, 502)
+            proxy.count(att.endpoint, False, 502, *att.labels)
             return json_error(
                 502,
                 f"upstream {up.name} sent a reply that is not a JSON object",
@@ -163,7 +184,8 @@ async def _chat_once(
             log.info("asking %s again: %s", up.name, reason)
             proxy.ask.next_body(att, reason, sent)
             continue
-        proxy.count(att.endpoint, False, 200)
+        proxy.ask.settle(att, calls_in(fixed))
+        proxy.count(att.endpoint, False, 200, *att.labels)
         reply = fixed if att.door is None else att.door.reply(fixed)
         out = web.Response(body=orjson.dumps(reply), headers=response_headers(resp.headers))
         out.content_type = "application/json"
@@ -173,80 +195,29 @@ async def _chat_once(
 async def _chat_stream(
     proxy: Proxy, request: web.Request, client_body: dict[str, Any], att: Attempt
 ) -> web.StreamResponse:
-    client = ClientStream(request, att.door.encoder() if att.door else None)
+    table = table_of(request)
+    client = ClientStream(
+        request,
+        att.door.encoder() if att.door else None,
+        table.redact if table.secrets else None,
+    )
     status = 200
+    deadline = proxy.deadline()
     try:
-        while True:
-            sent: dict[str, Any] = {}
-            base = att.body
-            try:
-                up, resp = await proxy.send(
-                    "POST", "/chat/completions", request, proxy.body_fn(base, sent)
-                )
-            except UpstreamFailure as f:
-                if not client.prepared:
-                    status = f.status
-                    return failure_response(f)
-                await client.commit()
-                await client.write(error_event(f.message, "upstream_error", f.kind))
-                return client.response
-            proxy.record_attempt(up, sent, resp)
-            try:
-                if resp.status != 200:
-                    raw = await resp.content.read(ERROR_BODY_BYTES)
-                    if resp.status == 400 and proxy.ask.context_exceeded(up, att, raw):
-                        continue
-                    if not client.prepared:
-                        status = resp.status
-                        return relay_error(
-                            resp.status,
-                            raw,
-                            response_headers(resp.headers),
-                            resp.content_type,
-                            up.name,
-                        )
-                    await client.commit()
-                    await client.write(
-                        error_event(
-                            f"upstream {up.name} answered HTTP {resp.status}", "upstream_error"
-                        )
-                    )
-                    return client.response
-                if resp.content_type == "application/json":
-                    # the upstream ignored ``stream``: one completion (or an
-                    # error) as JSON; repaired, then sent as a stream
-                    try:
-                        raw = await read_reply(resp)
-                    except (TimeoutError, aiohttp.ClientError) as exc:
-                        proxy.upstream_error(up, "died_midstream")
-                        status = 502
-                        return json_error(
-                            502,
-                            f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
-                            "upstream_error",
-                            "died_midstream",
-                        )
-                    return await _json_as_stream(proxy, up, raw, client, client_body)
-                # before prepare: fails as a 500
-                session = SSESession(client_body, **chain_options(up))
-                await client.prepare(response_headers(resp.headers))
-                reask = await _pump(proxy, up, resp, session, client, att)
-            finally:
-                resp.close()
-            if reask is None:
-                return client.response
-            if reask == "empty_stream":
-                if await _diagnose_empty(proxy, request, up, att):
-                    client.discard()
-                    continue
-                await client.commit()
-                if att.tail:
-                    await client.write(att.tail)
-                return client.response
-            log.info("asking %s again: %s", up.name, reask)
-            client.discard()
-            if reask != "context":  # counted where the window was learned
-                proxy.ask.next_body(att, reask, sent)
+        async with deadline:
+            out = await _chat_stream_within(proxy, request, client_body, att, client)
+        status = out.status  # a 200 stream, or an error answered before it began
+        return out
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        if not client.prepared:
+            status = 504
+            return json_error(504, proxy.timeout_message, "timeout", "request_timeout")
+        with contextlib.suppress(ClientGone):
+            await client.commit()
+            await client.write(error_event(proxy.timeout_message, "timeout", "request_timeout"))
+        return client.response
     except ClientGone:
         status = 499  # nginx's "client closed request"
         return client.resp or web.Response(status=499)
@@ -254,7 +225,83 @@ async def _chat_stream(
         status = 499
         raise
     finally:
-        proxy.count(att.endpoint, True, status)
+        proxy.count(att.endpoint, True, status, *att.labels)
+
+
+async def _chat_stream_within(
+    proxy: Proxy,
+    request: web.Request,
+    client_body: dict[str, Any],
+    att: Attempt,
+    client: ClientStream,
+) -> web.StreamResponse:
+    """The streamed request's attempts, until one is the reply."""
+    while True:
+        sent: dict[str, Any] = {}
+        base = att.body
+        try:
+            up, resp = await proxy.send(
+                "POST", "/chat/completions", request, proxy.body_fn(base, sent), att.rows
+            )
+        except UpstreamFailure as f:
+            if not client.prepared:
+                return failure_response(f)
+            await client.commit()
+            await client.write(error_event(f.message, "upstream_error", f.kind))
+            return client.response
+        proxy.record_attempt(up, sent, resp)
+        try:
+            if resp.status != 200:
+                raw = await resp.content.read(ERROR_BODY_BYTES)
+                if resp.status == 400 and proxy.ask.context_exceeded(up, att, raw):
+                    continue
+                if not client.prepared:
+                    return relay_error(
+                        resp.status,
+                        raw,
+                        response_headers(resp.headers),
+                        resp.content_type,
+                        up.name,
+                    )
+                await client.commit()
+                await client.write(
+                    error_event(f"upstream {up.name} answered HTTP {resp.status}", "upstream_error")
+                )
+                return client.response
+            if resp.content_type == "application/json":
+                # the upstream ignored ``stream``: one completion (or an
+                # error) as JSON; repaired, then sent as a stream
+                try:
+                    raw = await read_reply(resp)
+                except (TimeoutError, aiohttp.ClientError) as exc:
+                    proxy.upstream_error(up, "died_midstream")
+                    return json_error(
+                        502,
+                        f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+                        "upstream_error",
+                        "died_midstream",
+                    )
+                return await _json_as_stream(proxy, up, raw, client, client_body)
+            # before prepare: fails as a 500
+            session = SSESession(client_body, **chain_options(up))
+            await client.prepare(response_headers(resp.headers))
+            reask = await _pump(proxy, up, resp, session, client, att)
+        finally:
+            resp.close()
+        if reask is None:
+            return client.response
+        if reask == "empty_stream":
+            if await _diagnose_empty(proxy, request, up, att):
+                client.discard()
+                continue
+            await client.commit()
+            if att.tail:
+                await client.write(att.tail)
+            return client.response
+        log.info("asking %s again: %s", up.name, reask)
+        client.discard()
+        if reask != "context":  # counted where the window was learned
+            proxy.ask.next_body(att, reask, sent)
 
 
 async def _json_as_stream(
@@ -376,6 +423,7 @@ async def _pump(
     ):
         att.tail = tail
         return "empty_stream"
+    proxy.ask.settle(att, chain.calls_emitted)
     await client.commit()
     if tail:
         await client.write(tail)
@@ -397,7 +445,7 @@ async def _diagnose_empty(proxy: Proxy, request: web.Request, up: Upstream, att:
             "POST",
             "/chat/completions",
             request,
-            lambda u: orjson.dumps(probe),
+            lambda u: orjson.dumps(with_model(probe, u)),
             order=[up],
             retries=0,
         )

@@ -5,6 +5,7 @@ again (bounded, with keep-alive comments meanwhile)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -44,12 +45,22 @@ class ClientStream:
         "held_bytes",
         "last_write",
         "recording",
+        "redact",
         "request",
         "resp",
     )
 
-    def __init__(self, request: web.Request, encoder: Encoder | None = None) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        encoder: Encoder | None = None,
+        redact: Callable[[bytes], bytes] | None = None,
+    ) -> None:
         self.request = request
+        #: Upstream keys out of everything written (``Table.redact``): an
+        #: upstream may echo its key in an error event inside the stream.
+        #: None when no key is configured: the bytes go out untouched.
+        self.redact = redact
         #: A front door's encoder (``streamfix.wire``): everything written
         #: to the client goes through it, and only what is written, so
         #: held bytes discarded for a re-ask never reach it.
@@ -85,6 +96,8 @@ class ClientStream:
 
     async def write(self, data: bytes) -> None:
         assert self.resp is not None
+        if self.redact is not None:
+            data = self.redact(data)
         if self.encoder is not None:
             data = self.encoder.feed(data)
             if not data:

@@ -15,9 +15,24 @@ separated), or TOML tables::
     api_key = "sk-..."  # sent upstream instead of the client's Authorization
     window = 32768      # context window in tokens; overrides the probe
     reasoning = true    # the model reasons before answering
+    model = "Qwen/Qwen3-8B"  # the name the server knows (sent upstream)
+    name = "fast"       # the name clients ask for (default: model)
+    kind = "chat"       # or "embedding" (default chat)
 
 A URL given on the command line or in the environment may carry the same
-options after ``#``: ``http://h:8080/v1#weight=2,window=32768``.
+options after ``#``: ``http://h:8080/v1#weight=2,window=32768,model=m,name=fast``.
+A row with a ``model`` serves only requests naming its public name; a row
+without one serves every model name not in the table, sent on as it is
+(the one-upstream setup). Several rows with one public name share its
+traffic by weight and fail over to each other, never to another model's.
+
+Tenants (TOML only) scope inbound keys to models::
+
+    [[tenant]]
+    name = "team-a"
+    api_key = ["sk-team-a"]
+    models = ["fast"]   # public names this tenant may use; "*" for all
+
 Keys are never logged: ``UpstreamConfig.__repr__`` hides them.
 """
 
@@ -34,6 +49,10 @@ from urllib.parse import urlsplit
 ENV_PREFIX = "STREAMFIX_"
 
 
+#: The kinds of upstream row: what each serves.
+KINDS = ("chat", "embedding")
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str  # base URL ending in /v1
@@ -41,9 +60,29 @@ class UpstreamConfig:
     api_key: str | None = field(default=None, repr=False)
     window: int | None = None
     reasoning: bool = False
+    #: The model name the server knows, sent upstream; None: the client's
+    #: own name is sent on, and the row serves any name not in the table.
+    model: str | None = None
+    #: The name clients ask for (``name`` in TOML); defaults to ``model``.
+    public: str | None = None
+    kind: str = "chat"
 
     def __repr__(self) -> str:  # no key, no password from the URL
-        return f"UpstreamConfig(url={self.name!r}, weight={self.weight}, window={self.window})"
+        return (
+            f"UpstreamConfig(url={self.name!r}, model={self.model!r}, public={self.public!r}, "
+            f"kind={self.kind!r}, weight={self.weight}, window={self.window})"
+        )
+
+    @property
+    def served(self) -> str | None:
+        """The public name this row serves (None: a catch-all row)."""
+        return self.public or self.model
+
+    @property
+    def identity(self) -> tuple[str, str | None, str]:
+        """What makes two rows the same backend across a reload (what was
+        probed or learned of it carries over)."""
+        return (self.url, self.model, self.kind)
 
     @property
     def has_credentials(self) -> bool:
@@ -59,6 +98,22 @@ class UpstreamConfig:
         if parts.port:
             host = f"{host}:{parts.port}"
         return f"{parts.scheme}://{host}{parts.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """A tenant: its inbound keys and the public model names it may use."""
+
+    name: str
+    api_keys: tuple[str, ...] = field(repr=False)
+    models: tuple[str, ...]  # public names; "*" for every model
+
+    def allows(self, model: str) -> bool:
+        return "*" in self.models or model in self.models
+
+
+#: Most tenants: their names are a metrics label, which must stay bounded.
+MAX_TENANTS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +138,7 @@ class ServerConfig:
     """Every setting of ``streamfix serve`` (see ``SETTINGS`` for each)."""
 
     upstreams: list[UpstreamConfig] = field(default_factory=list)
+    tenants: list[TenantConfig] = field(default_factory=list, repr=False)
     host: str = "127.0.0.1"
     port: int = 8787
     api_keys: list[str] = field(default_factory=list, repr=False)
@@ -98,6 +154,8 @@ class ServerConfig:
     # network
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
+    request_timeout: float = 0.0
+    protect_status: bool = False
     body_limit: int = 8 * 1024 * 1024
     pool_limit: int = 256
     pool_wait: float = 10.0
@@ -150,6 +208,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("connect_timeout", float, "upstream connect timeout (default 10)", "SECONDS"),
     Setting(
         "read_timeout", float, "longest silence from an upstream mid-reply (default 300)", "SECONDS"
+    ),
+    Setting(
+        "request_timeout",
+        float,
+        "longest a whole request may take, from its arrival to the end of the reply; "
+        "0 = no limit (default 0)",
+        "SECONDS",
+    ),
+    Setting(
+        "protect_status",
+        bool,
+        "require one of the proxy's own --api-key keys (not a tenant's) on /healthz and "
+        "/metrics, which are open otherwise (default off)",
     ),
     Setting("body_limit", int, "largest request body accepted, bytes (default 8 MiB)", "BYTES"),
     Setting("pool_limit", int, "concurrent upstream requests (default 256)", "N"),
@@ -224,7 +295,8 @@ def _convert(setting_type: type, name: str, value: Any) -> Any:
 
 
 def parse_upstream(spec: str) -> UpstreamConfig:
-    """``URL`` or ``URL#weight=2,window=32768,api_key=…,reasoning=true``."""
+    """``URL`` or ``URL#weight=2,window=32768,api_key=…,reasoning=true,
+    model=…,name=…,kind=embedding``."""
     url, _, opts = spec.partition("#")
     kw: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in opts.split(","))):
@@ -236,7 +308,7 @@ def parse_upstream(spec: str) -> UpstreamConfig:
 
 
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
-    known = {"url", "weight", "api_key", "window", "reasoning"}
+    known = {"url", "weight", "api_key", "window", "reasoning", "model", "name", "kind"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"upstream: unknown option(s) {', '.join(unknown)}")
@@ -248,13 +320,43 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     if weight <= 0:
         raise ConfigError(f"upstream {url}: weight must be > 0")
     window = table.get("window")
+    kind = str(table.get("kind") or "chat")
+    if kind not in KINDS:
+        raise ConfigError(f"upstream {url}: kind must be one of {', '.join(KINDS)}")
+    model = str(table["model"]).strip() if table.get("model") else None
+    public = str(table["name"]).strip() if table.get("name") else None
+    if public is not None and model is None:
+        raise ConfigError(f"upstream {url}: name={public!r} needs the model the server knows")
     return UpstreamConfig(
         url=url,
         weight=weight,
         api_key=str(table["api_key"]) if table.get("api_key") else None,
         window=_convert(int, "window", window) if window not in (None, "") else None,
         reasoning=_convert(bool, "reasoning", table.get("reasoning", False)),
+        model=model,
+        public=public,
+        kind=kind,
     )
+
+
+def tenant_of(table: Any) -> TenantConfig:
+    """One ``[[tenant]]`` table."""
+    if not isinstance(table, dict):
+        raise ConfigError("config file: [[tenant]] must be tables")
+    unknown = sorted(set(table) - {"name", "api_key", "models"})
+    if unknown:
+        raise ConfigError(f"tenant: unknown option(s) {', '.join(unknown)}")
+    name = str(table.get("name") or "").strip()
+    if not name:
+        raise ConfigError("tenant: a name is needed")
+    keys, models = table.get("api_key"), table.get("models")
+    keys = [keys] if isinstance(keys, str) else keys
+    models = [models] if isinstance(models, str) else models
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ConfigError(f"tenant {name}: api_key must be a key or a list of keys")
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+        raise ConfigError(f"tenant {name}: models must be a list of model names")
+    return TenantConfig(name=name, api_keys=tuple(keys), models=tuple(models))
 
 
 def _split_list(value: str) -> list[str]:
@@ -276,6 +378,11 @@ def from_toml(path: str | Path) -> dict[str, Any]:
         if not isinstance(ups, list) or not all(isinstance(u, dict) for u in ups):
             raise ConfigError("config file: [[upstream]] must be tables")
         out["upstreams"] = [upstream_of(u) for u in ups]
+    tenants = data.pop("tenant", None)
+    if tenants is not None:
+        out["tenants"] = [
+            tenant_of(t) for t in (tenants if isinstance(tenants, list) else [tenants])
+        ]
     keys = data.pop("api_key", None)
     if keys is not None:
         out["api_keys"] = [keys] if isinstance(keys, str) else [str(k) for k in keys]
@@ -350,6 +457,43 @@ def validate(cfg: ServerConfig) -> None:
         raise ConfigError("record_sample must be between 0 and 1")
     if cfg.record_max_files < 1 or cfg.record_max_bytes < 1:
         raise ConfigError("record_max_files and record_max_bytes must be at least 1")
+    if cfg.request_timeout < 0:
+        raise ConfigError("request_timeout must not be negative (0 = no limit)")
+    validate_table(cfg)
+
+
+def validate_table(cfg: ServerConfig) -> None:
+    """The upstream table and the tenants make sense together: every
+    tenant's model is served, no key opens two doors, no public name
+    stands for two server models."""
+    served: dict[tuple[str, str], str] = {}
+    for u in cfg.upstreams:
+        if u.served is None or u.model is None:
+            continue
+        other = served.setdefault((u.kind, u.served), u.model)
+        if other != u.model:
+            raise ConfigError(
+                f"upstream name {u.served!r} ({u.kind}) stands for two models: "
+                f"{other!r} and {u.model!r}"
+            )
+    names = {name for _, name in served}
+    if len(cfg.tenants) > MAX_TENANTS:
+        raise ConfigError(f"at most {MAX_TENANTS} tenants")
+    seen_keys = set(cfg.api_keys)
+    tenant_names: set[str] = set()
+    for t in cfg.tenants:
+        if t.name in tenant_names:
+            raise ConfigError(f"tenant {t.name!r} is declared twice")
+        tenant_names.add(t.name)
+        missing = sorted(m for m in t.models if m != "*" and m not in names)
+        if missing:
+            raise ConfigError(
+                f"tenant {t.name}: no upstream serves {', '.join(map(repr, missing))}"
+            )
+        for key in t.api_keys:
+            if key in seen_keys:
+                raise ConfigError(f"tenant {t.name}: an api_key is used twice")
+            seen_keys.add(key)
 
 
 def record_reasons(cfg: ServerConfig) -> tuple[str, ...]:
@@ -370,7 +514,8 @@ def settings_epilog() -> str:
         "> TOML > defaults.",
         "",
         "  STREAMFIX_UPSTREAM    comma-separated upstream URLs (TOML: [[upstream]] url=…",
-        "                        weight=… api_key=… window=… reasoning=…)",
+        "                        weight=… api_key=… window=… reasoning=… model=… name=…",
+        "                        kind=chat|embedding)",
         "  STREAMFIX_API_KEY     comma-separated inbound API keys (TOML: api_key)",
     ]
     for s in SETTINGS:
@@ -379,6 +524,10 @@ def settings_epilog() -> str:
         "",
         "An upstream URL may carry options after '#':",
         "  --upstream 'http://127.0.0.1:8080/v1#weight=2,window=32768'",
+        "  --upstream 'http://127.0.0.1:8000/v1#model=Qwen/Qwen3-8B,name=fast'",
+        "Tenants ([[tenant]] name=… api_key=[…] models=[…]) come from the TOML file only.",
+        "SIGHUP re-reads the configuration: upstreams, tenants and api keys change for",
+        "new requests; streams in flight finish on the old table.",
     ]
     return "\n".join(lines)
 

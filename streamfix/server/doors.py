@@ -23,7 +23,8 @@ from ..wire.messages import MessagesDoor, reshape_error
 from ..wire.responses import ResponsesDoor
 from .budget import estimate_prompt_tokens
 from .chat import serve_chat
-from .proxy import PROXY, Handler, Proxy
+from .proxy import PROXY, Handler, Proxy, table_of
+from .table import tenant_label, tenant_of
 from .validate import validate_chat
 
 MESSAGES = "/v1/messages"
@@ -70,7 +71,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
             door = make(await _json_body(request))
             validate_chat(door.chat_body)
         except RequestError as exc:
-            proxy.metrics.requests.labels(endpoint, "false", str(exc.status)).inc()
+            proxy.count(endpoint, False, exc.status, tenant_label(request))
             raise
         proxy.metrics.count_report(door.dropped)
         return await serve_chat(proxy, request, door.chat_body, door)
@@ -81,13 +82,13 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
     estimates it for budgets (``budget.estimate_prompt_tokens``, scaled by
-    what the first upstream's counts taught it); no upstream call."""
-    proxy: Proxy = request.app[PROXY]
+    what the model's first row's counts taught it); no upstream call."""
     body = await _json_body(request)
     if isinstance(body, dict):
         body = {**body, "max_tokens": 1, "stream": False}
     chat = MessagesDoor(body).chat_body
-    scale = proxy.pool.upstreams[0].token_scale
+    route = table_of(request).route("chat", chat.get("model"), tenant_of(request))
+    scale = route.rows[0].token_scale
     tokens = max(1, round(estimate_prompt_tokens(chat) * scale))
     return web.json_response({"input_tokens": tokens})
 

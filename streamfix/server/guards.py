@@ -1,9 +1,9 @@
 """The proxy's own middlewares: every error in OpenAI's shape with no
-upstream key in it, and the inbound key check."""
+upstream key in it, and the inbound key check (which also says whose key
+it was: the request's tenant)."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 from aiohttp import web
@@ -11,6 +11,10 @@ from aiohttp import web
 from ..errors import RequestError
 from .proxy import PROXY, Handler
 from .replies import STATUS_TYPES, json_error
+from .table import TABLE, TENANT
+
+#: Routes open without a key unless ``protect_status`` is set.
+STATUS_PATHS = frozenset({"/healthz", "/metrics"})
 
 log = logging.getLogger("streamfix.server")
 
@@ -18,14 +22,17 @@ log = logging.getLogger("streamfix.server")
 @web.middleware
 async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors as OpenAI-shaped JSON (a RequestError, aiohttp's HTTP errors,
-    a bug of ours), and upstream keys redacted from every error body."""
+    a bug of ours), and upstream keys redacted from every error body. The
+    routing table in force is noted on the request here, on arrival: the
+    request keeps it to its end, whatever a reload does meanwhile."""
     proxy = request.app[PROXY]
+    table = request[TABLE] = proxy.table
     try:
         resp = await handler(request)
         if resp.status >= 400 and isinstance(resp, web.Response):
             body = resp.body
-            if isinstance(body, bytes) and proxy.upstream_secrets:
-                out = proxy.redact(body)
+            if isinstance(body, bytes) and table.secrets:
+                out = table.redact(body)
                 if out != body:
                     resp.body = out
         return resp
@@ -33,7 +40,8 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
         return json_error(
             exc.status,
             str(exc),
-            STATUS_TYPES.get(exc.status, "invalid_request_error"),
+            exc.type or STATUS_TYPES.get(exc.status, "invalid_request_error"),
+            code=exc.code,
             param=exc.param,
         )
     except web.HTTPException as exc:
@@ -56,19 +64,25 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
 
 @web.middleware
 async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """With ``--api-key``, every route but /healthz and /metrics needs one
-    of the keys (``Authorization: Bearer`` or Anthropic's ``x-api-key``)."""
-    keys = request.app[PROXY].api_keys
-    if keys and request.path not in ("/healthz", "/metrics"):
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-        if not token:  # Anthropic clients send their key as x-api-key
-            token = request.headers.get("x-api-key", "").strip().encode()
-        ok = False
-        for key in keys:  # no early exit: constant time per key
-            ok |= hmac.compare_digest(token, key)
-        if not ok:
-            return json_error(
-                401, "invalid or missing API key", "authentication_error", "invalid_api_key"
-            )
+    """With ``--api-key`` or tenants, every route needs one of the keys
+    (``Authorization: Bearer`` or Anthropic's ``x-api-key``); /healthz and
+    /metrics only with ``protect_status``, and then one of the proxy's own
+    keys: they show every tenant's models and upstreams."""
+    table = request[TABLE]
+    status_route = request.path in STATUS_PATHS
+    if not table.keys or (status_route and not table.protect_status):
+        return await handler(request)
+    header = request.headers.get("Authorization", "")
+    token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+    if not token:  # Anthropic clients send their key as x-api-key
+        token = request.headers.get("x-api-key", "").strip().encode()
+    ok, tenant = table.authenticate(token)
+    if not ok:
+        return json_error(
+            401, "invalid or missing API key", "authentication_error", "invalid_api_key"
+        )
+    if status_route and tenant is not None:
+        return json_error(403, "this route needs one of the proxy's own keys", "permission_error")
+    if tenant is not None:
+        request[TENANT] = tenant
     return await handler(request)

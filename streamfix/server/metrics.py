@@ -79,8 +79,9 @@ class Metrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "streamfix_requests",
-            "Requests answered, by endpoint, streaming and HTTP status.",
-            ["endpoint", "stream", "status"],
+            "Requests answered, by endpoint, streaming, HTTP status, tenant ('-': none) and "
+            "model (the public name; '*' for a catch-all row, '-' before one was chosen).",
+            ["endpoint", "stream", "status", "tenant", "model"],
             registry=r,
         )
         self.repairs = Counter(
@@ -98,6 +99,20 @@ class Metrics:
             "streamfix_reasks",
             "Requests asked again upstream, by reason.",
             ["reason"],
+            registry=r,
+        )
+        self.named_tool = Counter(
+            "streamfix_named_tool",
+            "Requests whose tool_choice named one tool, sent with only that tool and "
+            "tool_choice auto (--required soft), by outcome: called (first reply), "
+            "called_after_reask, no_call.",
+            ["outcome"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            "streamfix_reloads",
+            "Configuration reloads (SIGHUP), by outcome: ok, refused (the old table stays).",
+            ["outcome"],
             registry=r,
         )
         self.prompt_trims = Counter(

@@ -1,21 +1,73 @@
-"""``GET /v1/models`` and ``GET /v1/models/{model}``: passed through to an
-upstream."""
+"""``GET /v1/models`` and ``GET /v1/models/{model}``.
+
+With public names in the table (``model=`` rows), the proxy answers
+itself: the names the key may use, each with what was probed of its rows
+(``context_window``; an embedding model's ``dimensions``) under a
+``streamfix`` field. Without any (the one-upstream setup), the request is
+passed through to an upstream as before.
+"""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 from aiohttp import web
 
-from .proxy import PROXY
+from ..errors import RequestError
+from .proxy import PROXY, table_of
 from .replies import failure_response, json_error, read_reply
-from .upstreams import UpstreamFailure, response_headers
+from .table import Table, model_not_found, tenant_label, tenant_of
+from .upstreams import Upstream, UpstreamFailure, response_headers
+
+#: The ``created`` of every listed model: the proxy does not know when the
+#: upstream's model was made, and a made-up time would be worse than none.
+CREATED = 0
+
+
+def model_card(name: str, kind: str, rows: list[Upstream]) -> dict[str, Any]:
+    """One public name as OpenAI lists a model, with what was probed: the
+    smallest window among its rows (a request may go to any of them)."""
+    windows = [u.window for u in rows if u.window is not None]
+    dims = [u.dimensions for u in rows if u.dimensions is not None]
+    info: dict[str, Any] = {"kind": kind, "context_window": min(windows) if windows else None}
+    if kind == "embedding":
+        info["dimensions"] = dims[0] if dims else None
+    return {
+        "id": name,
+        "object": "model",
+        "created": CREATED,
+        "owned_by": "streamfix",
+        "streamfix": info,
+    }
+
+
+def _listed(request: web.Request, table: Table, model: str | None) -> web.Response:
+    cards = [model_card(n, k, rows) for n, k, rows in table.visible(tenant_of(request))]
+    if model is None:
+        body: dict[str, Any] = {"object": "list", "data": cards}
+    else:
+        found = [c for c in cards if c["id"] == model]
+        if not found:
+            raise model_not_found(model)
+        body = found[0]
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 async def models(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY]
+    table = table_of(request)
     model = request.match_info.get("model")
+    if table.has_names:
+        try:
+            out = _listed(request, table, model)
+        except RequestError as exc:
+            proxy.count("models", False, exc.status, tenant_label(request))
+            raise
+        proxy.count("models", False, 200, tenant_label(request))
+        return out
     path = "/models"
     if model is not None:
         # The model id is data, not a path: ``..`` segments (raw or
@@ -26,7 +78,9 @@ async def models(request: web.Request) -> web.StreamResponse:
         path += "/" + quote(model, safe="/:@")
     async with proxy.slot():
         try:
-            up, resp = await proxy.send("GET", path, request, lambda up: None)
+            up, resp = await proxy.send(
+                "GET", path, request, lambda up: None, table.catch_all.get("chat")
+            )
         except UpstreamFailure as f:
             return failure_response(f)
         try:
@@ -35,7 +89,7 @@ async def models(request: web.Request) -> web.StreamResponse:
                 status=resp.status, body=body, headers=response_headers(resp.headers)
             )
             out.content_type = resp.content_type
-            proxy.count("models", False, resp.status)
+            proxy.count("models", False, resp.status, tenant_label(request))
             return out
         except (TimeoutError, aiohttp.ClientError) as exc:
             proxy.upstream_error(up, "died_midstream")

@@ -1,20 +1,30 @@
 """The state of one proxy app and what every endpoint shares: the
-configuration, the upstream pool and its probes, the client session, the
-upstream slots, the metrics, and sending a request upstream with the
-body budgeted for the upstream chosen.
+configuration, the routing table in force (``table.py``) and its probes,
+reloading it, the client session, the upstream slots, the metrics, and
+sending a request upstream with the body budgeted for the upstream chosen.
 
-The endpoints (``chat.py``, ``doors.py``, ``models.py``, ``status.py``)
-and the middlewares (``guards.py``) reach it as ``request.app[PROXY]``.
+The endpoints (``chat.py``, ``doors.py``, ``models.py``, ``status.py``,
+``embeddings.py``, ``completions.py``) and the middlewares (``guards.py``)
+reach it as ``request.app[PROXY]``, and the table a request started with
+as ``table_of(request)``.
+
+*Reloading* (``reload``, on SIGHUP under ``streamfix serve``): the
+configuration is read again from where it came from; a new table is built
+and swapped in for the requests that start after it. A configuration that
+does not load is refused with one log line, and the old table stays. Only
+the table reloads (upstreams, tenants, keys, ``protect_status``): a
+changed setting of any other kind is logged as waiting for a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -26,9 +36,10 @@ from ..transforms.detect import MATCHER_CACHE, matcher_for
 from . import record
 from .attempts import AskAgain, count_trim
 from .budget import BudgetPolicy, clamp_request, engine_fields, fit_prompt, probe_upstream
-from .config import ServerConfig
+from .config import ConfigError, ServerConfig
 from .metrics import Metrics
-from .upstreams import Upstream, UpstreamPool, forward_headers, send
+from .table import NO_TENANT, TABLE, Table
+from .upstreams import Upstream, forward_headers, send
 
 log = logging.getLogger("streamfix.server")
 
@@ -38,7 +49,17 @@ PROBE_CONNECTIONS = 4
 #: How long start-up waits for the first context-window probes.
 PROBE_STARTUP_WAIT = 3.0
 
+#: Bytes of an embedding probe's reply read to learn the vector size.
+EMBED_PROBE_BYTES = 1024 * 1024
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Where a reload reads the configuration again (``streamfix serve``: the
+#: same flags, environment and TOML file as at start).
+ConfigSource = Callable[[], ServerConfig]
+
+#: Settings a reload applies; any other that changed waits for a restart.
+RELOADED = frozenset({"upstreams", "tenants", "api_keys", "protect_status"})
 
 
 def chain_options(up: Upstream) -> dict[str, Any]:
@@ -52,11 +73,10 @@ def chain_options(up: Upstream) -> dict[str, Any]:
 class Proxy:
     """State of one proxy app: config, upstreams, metrics, client session."""
 
-    def __init__(self, config: ServerConfig) -> None:
-        if not config.upstreams:
-            raise ValueError("at least one upstream is needed")
+    def __init__(self, config: ServerConfig, source: ConfigSource | None = None) -> None:
         self.cfg = config
-        self.pool = UpstreamPool(list(config.upstreams), rest=config.rest)
+        self.table = Table(config)
+        self.source = source
         self.metrics = Metrics()
         self.policy = BudgetPolicy(
             output_reservation=config.output_reservation,
@@ -73,16 +93,10 @@ class Proxy:
             sock_connect=config.connect_timeout,
             sock_read=config.read_timeout,
         )
-        self.api_keys = [k.encode() for k in config.api_keys]
-        self.upstream_secrets = [
-            secret.encode()
-            for u in config.upstreams
-            for secret in (u.api_key, urlsplit(u.url).password)
-            if secret and len(secret) >= 4  # a 1-3 character "key" would garble bodies
-        ]
         self._client: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(config.pool_limit)
         self._probe_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         #: Tool-name sets whose detector matcher was built (at most as many
         #: as the detector caches): those skip the thread.
         self._matchers_built: set[tuple[str, ...]] = set()
@@ -96,7 +110,7 @@ class Proxy:
 
     async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
         # headroom over the request slots for the probes and /v1/models
-        limit = self.cfg.pool_limit + PROBE_CONNECTIONS * len(self.pool.upstreams)
+        limit = self.cfg.pool_limit + PROBE_CONNECTIONS * len(self.table.upstreams)
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
         self._client = aiohttp.ClientSession(
             connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
@@ -106,26 +120,85 @@ class Proxy:
                 await asyncio.wait_for(self.probe_all(), PROBE_STARTUP_WAIT)
             if self.cfg.probe_interval > 0:
                 self._probe_task = asyncio.create_task(self._probe_loop())
+            if self.source is not None:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
             yield
         finally:
+            if self.source is not None:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             if self._probe_task is not None:
                 self._probe_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._probe_task
             await self._client.close()
 
-    async def probe_all(self) -> None:
-        await asyncio.gather(*(self._probe(up) for up in self.pool.upstreams))
+    async def probe_all(self, only_new: bool = False) -> None:
+        ups = self.table.upstreams
+        await asyncio.gather(*(self._probe(up) for up in ups if not (only_new and up.probed)))
 
     async def _probe(self, up: Upstream) -> None:
         headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
         try:
-            info = await probe_upstream(self.client, up.cfg.url, headers)
+            info = await probe_upstream(self.client, up.cfg.url, headers, up.cfg.model)
+            if up.cfg.kind == "embedding" and up.dimensions is None:
+                up.dimensions = await self._embedding_size(up, headers)
         except Exception as exc:  # a probe must never take the proxy down
             log.info("probe of %s failed: %s", up.name, type(exc).__name__)
             return
         up.set_info(info)
         log.info("upstream %s: engine=%s window=%s", up.name, info.engine, up.window)
+
+    async def _embedding_size(self, up: Upstream, headers: dict[str, str]) -> int | None:
+        """An embedding row's vector size: one embedding of one word."""
+        body: dict[str, Any] = {"input": "probe"}
+        if up.cfg.model:
+            body["model"] = up.cfg.model
+        timeout = aiohttp.ClientTimeout(total=PROBE_STARTUP_WAIT * 3)
+        async with self.client.post(
+            up.cfg.url + "/embeddings", json=body, headers=headers, timeout=timeout
+        ) as resp:
+            if resp.status != 200:
+                return None
+            data = orjson.loads(await resp.content.read(EMBED_PROBE_BYTES))
+        try:
+            vector = data["data"][0]["embedding"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return len(vector) if isinstance(vector, list) else None
+
+    # -- reloading ---------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Read the configuration again (``source``) and swap in its table
+        for new requests; False (the old table stays) when it does not
+        load. Rows new to the table are probed in the background."""
+        if self.source is None:
+            log.warning("reload: this proxy was not started from a configuration source")
+            return False
+        try:
+            cfg = self.source()
+            table = Table(cfg, previous=self.table)
+        except (ConfigError, ValueError, OSError) as exc:
+            log.error("reload refused, the running configuration stays: %s", exc)
+            self.metrics.reloads.labels("refused").inc()
+            return False
+        waiting = sorted(
+            f.name
+            for f in dataclasses.fields(cfg)
+            if f.name not in RELOADED and getattr(cfg, f.name) != getattr(self.cfg, f.name)
+        )
+        if waiting:
+            log.warning("reload: %s changed; that takes a restart", ", ".join(waiting))
+        self.table = table
+        self.metrics.reloads.labels("ok").inc()
+        log.info(
+            "reloaded: %d upstream row(s), %d tenant(s)", len(table.upstreams), len(cfg.tenants)
+        )
+        if self._client is not None and not self._client.closed:
+            task = asyncio.get_running_loop().create_task(self.probe_all(only_new=True))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return True
 
     async def _probe_loop(self) -> None:
         while True:
@@ -133,14 +206,6 @@ class Proxy:
             await self.probe_all()
 
     # -- what the endpoints share -----------------------------------------
-
-    def redact(self, body: bytes) -> bytes:
-        """``body`` without any configured upstream key (or URL password):
-        some upstreams echo the key they were sent ("Incorrect API key
-        provided: sk-…"), and what they say is relayed to clients."""
-        for secret in self.upstream_secrets:
-            body = body.replace(secret, b"[redacted]")
-        return body
 
     async def build_matcher(self, tools: Mapping[str, ToolSpec]) -> None:
         """The detector's matcher for a new set of tool names costs CPU (see
@@ -182,8 +247,28 @@ class Proxy:
         self.metrics.count_report(report.counts)
         record.report(report)
 
-    def count(self, endpoint: str, stream: bool, status: int) -> None:
-        self.metrics.requests.labels(endpoint, "true" if stream else "false", str(status)).inc()
+    def deadline(self) -> asyncio.Timeout:
+        """``--request-timeout`` for one request (no limit when 0)."""
+        limit = self.cfg.request_timeout
+        return asyncio.timeout(limit if limit > 0 else None)
+
+    @property
+    def timeout_message(self) -> str:
+        return f"the request took longer than --request-timeout ({self.cfg.request_timeout:g} s)"
+
+    def count(
+        self,
+        endpoint: str,
+        stream: bool,
+        status: int,
+        tenant: str = NO_TENANT,
+        model: str = NO_TENANT,
+    ) -> None:
+        """One answered request; ``model`` is the route's label (``-``: the
+        request ended before a route was chosen)."""
+        self.metrics.requests.labels(
+            endpoint, "true" if stream else "false", str(status), tenant, model
+        ).inc()
 
     async def send(
         self,
@@ -191,10 +276,14 @@ class Proxy:
         path: str,
         request: web.Request,
         body_for: Callable[[Upstream], bytes | None],
+        rows: list[Upstream] | None = None,
         order: list[Upstream] | None = None,
         retries: int | None = None,
     ) -> tuple[Upstream, aiohttp.ClientResponse]:
-        forward_auth = not self.api_keys
+        """Open ``method path`` on one of ``rows`` (default: every row of
+        the request's table), see ``upstreams.send``."""
+        table = table_of(request)
+        forward_auth = not table.keys
 
         def headers_for(up: Upstream) -> CIMultiDict[str]:
             h = forward_headers(request.headers, up, forward_auth=forward_auth)
@@ -203,7 +292,7 @@ class Proxy:
             return h
 
         return await send(
-            self.pool,
+            table.pool,
             self.client,
             method,
             path,
@@ -214,13 +303,14 @@ class Proxy:
             timeout=self.timeout,
             on_error=self.upstream_error,
             order=order,
+            rows=rows,
         )
 
     def budgeted(self, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
         """The body for ``up``: max_tokens clamped to its window, engine
         fields added. ``sent`` receives the final body and clamp info."""
         base, trim = fit_prompt(
-            base, up.window, self.policy, scale=up.token_scale, known_over=False
+            with_model(base, up), up.window, self.policy, scale=up.token_scale, known_over=False
         )
         if trim is not None:
             count_trim(self.metrics, up, trim)
@@ -245,3 +335,19 @@ class Proxy:
 
 
 PROXY = web.AppKey("streamfix_proxy", Proxy)
+
+
+def table_of(request: web.Request) -> Table:
+    """The table the request started with (``guards.errors_mw`` notes it
+    on arrival), else the one in force."""
+    table = request.get(TABLE)
+    return table if table is not None else request.app[PROXY].table
+
+
+def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
+    """``body`` naming the model as ``up``'s server knows it (a catch-all
+    row sends the client's name on)."""
+    model = up.cfg.model
+    if model is None or body.get("model") == model:
+        return body
+    return {**body, "model": model}

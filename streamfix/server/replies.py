@@ -25,6 +25,7 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 STATUS_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",

@@ -1,5 +1,6 @@
-"""``GET /healthz`` (the upstreams and what was probed) and ``GET /metrics``
-(Prometheus text format)."""
+"""``GET /healthz`` (the upstream rows and what was probed) and ``GET
+/metrics`` (Prometheus text format). Both are open unless
+``protect_status`` (``guards.auth_mw``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,24 @@ import orjson
 from aiohttp import web
 
 from .metrics import CONTENT_TYPE_LATEST
-from .proxy import PROXY
+from .proxy import PROXY, table_of
 
 
 async def healthz(request: web.Request) -> web.Response:
-    proxy = request.app[PROXY]
     now = time.monotonic()
     ups = [
         {
             "url": u.name,
+            "model": u.cfg.model,
+            "name": u.cfg.served,
+            "kind": u.cfg.kind,
             "resting": u.resting(now),
             "window": u.window,
             "engine": u.info.engine,
             "reasoning": u.info.reasoning,
+            **({"dimensions": u.dimensions} if u.cfg.kind == "embedding" else {}),
         }
-        for u in proxy.pool.upstreams
+        for u in table_of(request).upstreams
     ]
     return web.json_response(
         {"status": "ok", "upstreams": ups}, dumps=lambda o: orjson.dumps(o).decode()

@@ -21,6 +21,7 @@ Keys are never logged: only ``UpstreamConfig.name`` is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -68,9 +69,11 @@ ERROR_BODY_BYTES = 64 * 1024
 class Upstream:
     """One configured upstream and what is known about it."""
 
-    __slots__ = ("cfg", "failures", "info", "rested_until", "token_scale")
+    __slots__ = ("cfg", "dimensions", "failures", "info", "rested_until", "token_scale")
 
-    def __init__(self, cfg: UpstreamConfig) -> None:
+    def __init__(self, cfg: UpstreamConfig, previous: Upstream | None = None) -> None:
+        """``previous``: the same backend in the table this one replaces (a
+        reload): what was probed and learned of it carries over."""
         self.cfg = cfg
         self.info = UpstreamInfo(window=cfg.window, engine=None, reasoning=cfg.reasoning)
         self.rested_until = 0.0
@@ -78,6 +81,19 @@ class Upstream:
         #: The upstream's own prompt token count over our estimate, learned
         #: from an overflow error that states it (1.0 until then).
         self.token_scale = 1.0
+        #: An embedding row's vector size, probed.
+        self.dimensions: int | None = None
+        if previous is not None:
+            self.set_info(dataclasses.replace(previous.info))
+            self.token_scale = previous.token_scale
+            self.dimensions = previous.dimensions
+            self.rested_until = previous.rested_until
+            self.failures = previous.failures
+
+    @property
+    def probed(self) -> bool:
+        """Whether a probe (or a reply) taught anything about the backend."""
+        return self.info.engine is not None or self.info.window is not None
 
     @property
     def name(self) -> str:
@@ -108,21 +124,22 @@ class Upstream:
 
 
 class UpstreamPool:
-    def __init__(self, configs: list[UpstreamConfig], rest: float = 30.0) -> None:
-        self.upstreams = [Upstream(c) for c in configs]
+    def __init__(self, upstreams: list[Upstream], rest: float = 30.0) -> None:
+        self.upstreams = upstreams
         self.rest = rest
         self._random = random.Random()
 
-    def order(self) -> list[Upstream]:
-        """All upstreams, in the order to try them: those not resting first,
-        shuffled by weight (Efraimidis–Spirakis keys), then resting ones."""
+    def order(self, rows: list[Upstream] | None = None) -> list[Upstream]:
+        """``rows`` (default: all upstreams), in the order to try them:
+        those not resting first, shuffled by weight (Efraimidis–Spirakis
+        keys), then resting ones."""
         now = time.monotonic()
         rnd = self._random.random
 
         def key(u: Upstream) -> tuple[bool, float]:
             return (u.resting(now), -(rnd() ** (1.0 / u.cfg.weight)))
 
-        return sorted(self.upstreams, key=key)
+        return sorted(self.upstreams if rows is None else rows, key=key)
 
     def failed(self, up: Upstream) -> None:
         up.failures += 1
@@ -227,9 +244,12 @@ async def send(
     timeout: aiohttp.ClientTimeout,
     on_error: ErrorHook | None = None,
     order: list[Upstream] | None = None,
+    rows: list[Upstream] | None = None,
 ) -> tuple[Upstream, aiohttp.ClientResponse]:
     """Open ``method path`` on the first upstream that answers with
     something other than a connection error, a timeout, a 5xx or a 429.
+    ``rows`` are the upstreams eligible (a model's rows; default all), in
+    a new weighted order each round; ``order`` a fixed order instead.
 
     Returns the upstream and its open response (the caller closes it).
     Raises ``UpstreamFailure`` when every round failed.
@@ -238,7 +258,7 @@ async def send(
     for attempt in range(retries + 1):
         if attempt:
             await asyncio.sleep(min(MAX_BACKOFF, backoff * 2 ** (attempt - 1)))
-        for up in order if order is not None else pool.order():
+        for up in order if order is not None else pool.order(rows):
             url = up.cfg.url + path
             try:
                 resp = await _request(

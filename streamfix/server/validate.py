@@ -4,9 +4,17 @@ upstream's puzzling answer or a crash in the chain."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
 
 from ..errors import RequestError
+from .table import tenant_label
+
+if TYPE_CHECKING:
+    from .proxy import Proxy
 
 #: Most tools one request may offer, and longest tool name (characters).
 #: The detector builds one matcher per distinct set of tool names (about
@@ -14,6 +22,73 @@ from ..errors import RequestError
 #: character of a name. OpenAI's own limits are 128 tools and 64 characters.
 MAX_TOOLS = 512
 MAX_TOOL_NAME_CHARS = 256
+
+#: Most inputs in one embeddings request (OpenAI's own limit).
+MAX_EMBEDDING_INPUTS = 2048
+
+
+async def read_request(
+    proxy: Proxy,
+    request: web.Request,
+    endpoint: str,
+    check: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:
+    """The request's JSON body, checked by ``check``; a body too large, not
+    JSON or not usable is counted for ``endpoint`` and raised (the
+    middleware answers it in OpenAI's shape)."""
+    tenant = tenant_label(request)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        proxy.count(endpoint, False, 413, tenant)
+        raise
+    try:
+        return check(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        proxy.count(endpoint, False, 400, tenant)
+        raise RequestError("request body is not valid JSON") from None
+    except RequestError as exc:
+        proxy.count(endpoint, False, exc.status, tenant)
+        raise
+
+
+def validate_embeddings(body: Any) -> dict[str, Any]:
+    """Raise RequestError unless ``body`` is a usable embeddings request:
+    ``input`` a string, or a non-empty array of strings or token arrays."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    value = body.get("input")
+    if isinstance(value, str):
+        return body
+    if not isinstance(value, list) or not value:
+        raise RequestError("'input' must be a string or a non-empty array", param="input")
+    if len(value) > MAX_EMBEDDING_INPUTS:
+        raise RequestError(f"at most {MAX_EMBEDDING_INPUTS} inputs per request", param="input")
+    ok = all(isinstance(v, str) for v in value) or all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
+    ok = ok or all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value)
+    if not ok:
+        raise RequestError(
+            "'input' must hold strings, or token ids, or arrays of token ids", param="input"
+        )
+    return body
+
+
+def validate_completion(body: Any) -> dict[str, Any]:
+    """Raise RequestError unless ``body`` is a usable text-completions
+    request: a ``prompt`` (a string or an array of them / of token ids)."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str | list):
+        raise RequestError("'prompt' must be a string or an array", param="prompt")
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise RequestError("'stream' must be a boolean", param="stream")
+    v = body.get("max_tokens")
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        raise RequestError("'max_tokens' must be a positive integer", param="max_tokens")
+    return body
 
 
 def validate_chat(body: Any) -> dict[str, Any]:

@@ -199,12 +199,21 @@ def test_text_tool_call_comes_out_structured(
 # -- the server's own quirks ---------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def forcing_proxy(make_proxy: ProxyFactory) -> AppThread:
+    """A proxy that forwards ``tool_choice`` as the client sent it
+    (``--required off``): llama.cpp then forces the named call with a
+    grammar, in its own streamed shape."""
+    return make_proxy(required="off")
+
+
 def test_named_tool_choice_streamed_gives_one_clean_call(
-    http: httpx.Client, proxy: AppThread, relay: RecordingRelay
+    http: httpx.Client, forcing_proxy: AppThread, relay: RecordingRelay
 ) -> None:
     """Every delta repeats the id and the name, and a legacy
     ``function_call`` rides along (capture b2): a client must still see
     one call with its name once."""
+    proxy = forcing_proxy
     mark = relay.mark()
     status, data = post_stream(http, proxy.base_url, NAMED_CHOICE)
     ex = relay.only_chat_since(mark)
@@ -227,8 +236,9 @@ def test_named_tool_choice_streamed_gives_one_clean_call(
 
 
 def test_named_tool_choice_not_streamed(
-    http: httpx.Client, proxy: AppThread, relay: RecordingRelay
+    http: httpx.Client, forcing_proxy: AppThread, relay: RecordingRelay
 ) -> None:
+    proxy = forcing_proxy
     mark = relay.mark()
     status, got = post_json(http, proxy.base_url, NAMED_CHOICE)
     sent = relay.only_chat_since(mark).json()
@@ -244,6 +254,30 @@ def test_named_tool_choice_not_streamed(
     assert got["choices"][0]["finish_reason"] == "tool_calls"
     legacy = msg.get("function_call")
     assert legacy is None or legacy["name"] == "get_weather"
+
+
+def test_named_tool_choice_is_narrowed_for_the_real_model(
+    http: httpx.Client, proxy: AppThread, relay: RecordingRelay
+) -> None:
+    """``--required soft`` (the default): the named tool alone, with
+    ``tool_choice: "auto"`` and an instruction in the tool's own words; a
+    reply without a call is asked once more, and the client gets one
+    clean turn either way."""
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {}}}
+    body = {**NAMED_CHOICE, "tools": [other, GET_WEATHER]}
+    mark = relay.mark()
+    status, data = post_stream(http, proxy.base_url, body)
+    sent = relay.chats_since(mark)
+    assert status == 200 and 1 <= len(sent) <= 2
+    first = sent[0].body
+    assert [t["function"]["name"] for t in first["tools"]] == ["get_weather"]
+    assert first["tool_choice"] == "auto"
+    assert "calling the tool get_weather" in first["messages"][0]["content"]
+    got = assemble(data)
+    assert got.done and not got.errors
+    assert all(c["function"]["name"] == "get_weather" for c in got.tool_calls)
+    if len(sent) == 2:  # the first reply had no call: asked once more
+        assert not sent[0].assembled().tool_calls
 
 
 def test_empty_200_stream_reaches_the_client_as_an_error(
