@@ -905,3 +905,33 @@ async def test_non_streamed_reply_over_the_limit_is_502(
             status, data = await post(px.url, body(stream=kind == "json_for_stream"))
     assert status == 502
     assert "ReplyTooLarge" in assert_openai_error(data)["message"]
+
+
+# -- --request-timeout -----------------------------------------------------------------------------
+
+
+async def test_request_timeout_before_the_reply_began_is_a_504() -> None:
+    hang = Reply(parts=[b'{"id": "x", '], content_type="application/json", end="hang")
+    async with FakeUpstream(hang) as up, AppServer(proxy_app(up.url, request_timeout=0.3)) as px:
+        t0 = time.monotonic()
+        status, data = await post(px.url, body(stream=False))
+        took = time.monotonic() - t0
+        await asyncio.wait_for(up.requests[-1].ended.wait(), 5)
+    assert status == 504 and 0.3 <= took < 3
+    assert orjson.loads(data)["error"]["code"] == "request_timeout"
+    assert up.requests[-1].disconnected  # the upstream request was closed
+
+
+async def test_request_timeout_mid_stream_ends_with_an_error_event() -> None:
+    """A reply that streams on and on (slowly, so the silence timeout never
+    fires) is bounded as a whole: the client gets what came, then an error
+    event, and the upstream request is closed."""
+    slow = Reply.stream(sse([chunk(role="assistant"), chunk("Once ")], done=False), delay=0.05)
+    slow.repeat = b"".join(sse([chunk(f"{w} ")], done=False) for w in ("upon", "a", "time"))
+    async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url, request_timeout=0.5)) as px:
+        status, data = await post(px.url, body())
+        await asyncio.wait_for(up.requests[-1].ended.wait(), 5)
+    got = assemble(data)
+    assert status == 200 and got.content.startswith("Once upon a time")
+    assert not got.done and got.errors[-1]["code"] == "request_timeout"
+    assert up.requests[-1].disconnected

@@ -327,6 +327,39 @@ async def test_model_path_cannot_reach_other_upstream_endpoints() -> None:
     assert paths and all(p.startswith("/v1/models/") for p in paths), paths
 
 
+async def test_a_key_echoed_in_an_error_event_inside_a_stream_is_redacted() -> None:
+    """An upstream that streams ``data: {"error": {"message": "… sk-… …"}}``
+    in a 200 stream: the key is redacted there as in an HTTP error body,
+    through the chat route and both front doors (whose encoders carry the
+    message into their own error events)."""
+    leak = sse([chunk(role="assistant")], done=False) + (
+        b'data: {"error": {"message": "Incorrect API key provided: '
+        + UPSTREAM_KEY.encode()
+        + b'", "type": "invalid_request_error"}}\n\n'
+    )
+    http_leak = Reply.error(401, f"Incorrect API key provided: {UPSTREAM_KEY}")
+    async with FakeUpstream(Reply.stream(leak)) as up:
+        app = proxy_app(f"{up.url}#api_key={UPSTREAM_KEY}", retries=0)
+        async with AppServer(app) as px:
+            seen = []
+            for path, payload in (
+                ("/v1/chat/completions", body()),
+                (
+                    "/v1/messages",
+                    {"model": "m", "max_tokens": 8, "messages": MESSAGES, "stream": True},
+                ),
+                ("/v1/responses", {"model": "m", "input": "hi", "stream": True}),
+            ):
+                _, _, data = await request("POST", px.root + path, payload)
+                seen.append(data)
+            up.push(http_leak)
+            status, _, data = await request("POST", px.url + "/chat/completions", body())
+            seen.append(data)
+    no_secret_in(*seen)
+    assert all(b"[redacted]" in data for data in seen), seen
+    assert status == 401
+
+
 # -- constant-time key check -------------------------------------------------------------------
 
 
