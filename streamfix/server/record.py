@@ -72,6 +72,7 @@ from .. import __version__
 from ..context import Report
 from .config import RECORD_REASONS, ServerConfig, record_reasons
 from .metrics import Metrics
+from .table import TABLE
 
 log = logging.getLogger("streamfix.record")
 
@@ -188,6 +189,11 @@ class Take:
         for name, value in request.headers.items():
             if _CREDENTIAL_HEADER.search(name):
                 self.secrets += _header_secrets(value)
+        # The upstream keys of the table the request runs on: after a
+        # reload, keys the recorder was not started with.
+        table = request.get(TABLE)
+        if table is not None:
+            self.secrets += table.secrets
         self.wall = time.time()
         self.attempts: list[Attempt] = []
         self.errors: list[tuple[str, str]] = []  # (upstream, kind)
@@ -391,7 +397,7 @@ def config_secrets(cfg: ServerConfig) -> list[bytes]:
     """The configured credentials: inbound keys, upstream keys and URL
     passwords, these also as the ``Basic`` credential sent for them (those
     of at least ``MIN_SECRET`` characters)."""
-    found = [*cfg.api_keys]
+    found = [*cfg.api_keys, *(k for t in cfg.tenants for k in t.api_keys)]
     for up in cfg.upstreams:
         parts = urlsplit(up.url)
         found += [up.api_key or "", parts.password or ""]
