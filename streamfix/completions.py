@@ -29,7 +29,7 @@ from .chunks import _as_int, _as_str
 from .context import Context, Report
 from .delta import Delta
 from .errors import UpstreamProtocolError
-from .session import error_event
+from .session import failure_event
 from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_data
 from .transforms.repetition import RepetitionCutter
 
@@ -304,13 +304,8 @@ class CompletionSession:
             flushed = self._flush()
         except Exception:  # the state is already broken
             flushed = b""
-        kind = (
-            "upstream_protocol_error"
-            if isinstance(exc, UpstreamProtocolError)
-            else "upstream_error"
-        )
         salvage, self._salvage = self._salvage, b""
-        return salvage + flushed + error_event(str(exc) or type(exc).__name__, kind)
+        return salvage + flushed + failure_event(exc)
 
     def _events(self, events: list[SSEEvent]) -> bytes:
         out: list[bytes] = []

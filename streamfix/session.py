@@ -28,6 +28,12 @@ def error_event(message: str, type_: str = "upstream_error", code: str | None = 
 _KEEPALIVE_BYTES = encode_comment()
 
 
+def failure_event(exc: Exception) -> bytes:
+    """The error event that ends a stream the upstream broke (``exc``)."""
+    kind = "upstream_protocol_error" if isinstance(exc, UpstreamProtocolError) else "upstream_error"
+    return error_event(str(exc) or type(exc).__name__, kind)
+
+
 class _NeverIdle:
     """Stands in for the decoder once the stream is over: the fast path's
     first test then fails, and ``feed`` returns nothing."""
@@ -553,13 +559,8 @@ class SSESession:
             flushed = self._encode(self.chain.close(), b"")
         except Exception:  # the chain is already in a broken state
             flushed = b""
-        kind = (
-            "upstream_protocol_error"
-            if isinstance(exc, UpstreamProtocolError)
-            else "upstream_error"
-        )
         salvage, self._salvage = self._salvage, b""
-        return salvage + flushed + error_event(str(exc) or type(exc).__name__, kind)
+        return salvage + flushed + failure_event(exc)
 
     def _events(self, events: list[SSEEvent]) -> bytes:
         out: list[bytes] = []

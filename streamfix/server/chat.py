@@ -369,29 +369,9 @@ async def _pump(
                 break
             if client.gone():
                 raise ClientGone
-        if session.finished:
-            pass
-        elif not session.saw_done:
-            kind = "died_midstream" if got_data else "empty_stream"
-            proxy.upstream_error(up, kind)
-            error = (
-                f"upstream {up.name} ended the stream before [DONE]"
-                if got_data
-                else f"upstream {up.name} sent an empty stream"
-                " (llama.cpp does so when the prompt exceeds its context window)"
-            )
-            tail = session.fail(UpstreamProtocolError(error))
-        else:
-            tail = session.close()
-    except UpstreamProtocolError as exc:
-        proxy.upstream_error(up, "protocol")
-        error = str(exc)
-        tail = session.fail(exc)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-        proxy.upstream_error(up, kind)
-        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
-        tail = session.fail(UpstreamProtocolError(error))
+        error, tail = proxy.stream_end(up, session, got_data)
+    except (UpstreamProtocolError, TimeoutError, aiohttp.ClientError) as exc:
+        error, tail = proxy.stream_broke(up, session, exc)
     except (ClientGone, asyncio.CancelledError):
         raise
     except Exception:  # a bug of ours: end the stream cleanly, loudly in the log

@@ -147,7 +147,6 @@ async def _pump(
     it (``session.finished``: the caller closes the upstream)."""
     watch = ReadWatch(resp, proxy.cfg.read_timeout)
     got_data = False
-    tail = b""
     try:
         async for data in BodyReads(resp.content):
             got_data = True
@@ -161,25 +160,9 @@ async def _pump(
                 break
             if client.gone():
                 raise ClientGone
-        if session.finished:
-            pass
-        elif not session.saw_done:
-            kind = "died_midstream" if got_data else "empty_stream"
-            proxy.upstream_error(up, kind)
-            tail = session.fail(
-                UpstreamProtocolError(f"upstream {up.name} ended the stream before [DONE]")
-            )
-        else:
-            tail = session.close()
-    except UpstreamProtocolError as exc:
-        proxy.upstream_error(up, "protocol")
-        tail = session.fail(exc)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-        proxy.upstream_error(up, kind)
-        tail = session.fail(
-            UpstreamProtocolError(f"upstream {up.name} failed mid-stream: {type(exc).__name__}")
-        )
+        _, tail = proxy.stream_end(up, session, got_data)
+    except (UpstreamProtocolError, TimeoutError, aiohttp.ClientError) as exc:
+        _, tail = proxy.stream_broke(up, session, exc)
     finally:
         watch.cancel()
     if tail:

@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -32,6 +32,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..context import UNOPENED_HOLD, Report, ToolSpec
+from ..errors import UpstreamProtocolError
 from ..transforms.detect import MATCHER_CACHE, matcher_for
 from . import record
 from .attempts import AskAgain, count_trim
@@ -68,6 +69,18 @@ def chain_options(up: Upstream) -> dict[str, Any]:
     held for a reasoning section whose ``<think>`` the prompt opened; for
     others the request decides (``Options.unopened_reasoning_hold``)."""
     return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+
+
+class StreamSession(Protocol):
+    """What the proxy needs of a sans-I/O stream session at its end
+    (``SSESession``, ``completions.CompletionSession``)."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def saw_done(self) -> bool: ...
+    def close(self) -> bytes: ...
+    def fail(self, exc: Exception) -> bytes: ...
 
 
 class Proxy:
@@ -242,6 +255,39 @@ class Proxy:
     def upstream_error(self, up: Upstream, kind: str) -> None:
         self.metrics.upstream_errors.labels(up.name, kind).inc()
         record.upstream_error(up.name, kind)
+
+    def stream_end(
+        self, up: Upstream, session: StreamSession, got_data: bool
+    ) -> tuple[str | None, bytes]:
+        """A stream whose reads ran out: (the error, or None; the bytes that
+        end it). Without ``[DONE]`` it died (or was empty: llama.cpp's
+        answer to a prompt over its window), and an error event ends it."""
+        if session.finished:
+            return None, b""
+        if session.saw_done:
+            return None, session.close()
+        kind = "died_midstream" if got_data else "empty_stream"
+        self.upstream_error(up, kind)
+        error = (
+            f"upstream {up.name} ended the stream before [DONE]"
+            if got_data
+            else f"upstream {up.name} sent an empty stream"
+            " (llama.cpp does so when the prompt exceeds its context window)"
+        )
+        return error, session.fail(UpstreamProtocolError(error))
+
+    def stream_broke(
+        self, up: Upstream, session: StreamSession, exc: Exception
+    ) -> tuple[str, bytes]:
+        """A stream that broke the protocol, timed out or lost its
+        connection: (the error, the bytes that end it)."""
+        if isinstance(exc, UpstreamProtocolError):
+            self.upstream_error(up, "protocol")
+            return str(exc), session.fail(exc)
+        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+        self.upstream_error(up, kind)
+        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
+        return error, session.fail(UpstreamProtocolError(error))
 
     def count_report(self, report: Report) -> None:
         self.metrics.count_report(report.counts)
