@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import assume, given, note
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 import streamfix
@@ -18,6 +18,7 @@ from streamfix.context import Context
 from streamfix.delta import Delta
 from streamfix.transforms.repetition import (
     CHECK_EVERY,
+    COUNTED_ARG_CHARS,
     COUNTED_BOUND_CHARS,
     COUNTED_BOUND_COPIES,
     COUNTED_CHARS,
@@ -824,22 +825,217 @@ def test_non_streamed_counted_loop_is_cut() -> None:
     assert ch["streamfix"] == {"cut": "repetition", "period": len(unit) + 1, "counted": True}
 
 
-def test_counted_loop_in_tool_arguments_drops_the_call() -> None:
-    """A counted loop inside a call's string argument: the call being held
-    is dropped, the turn ends with ``length``."""
-    req = {"tools": [tool("write", {"text": {"type": "string"}})]}
-    body = "".join(f"Step {n}: check the configuration file again.\\n" for n in range(1, 300))
-    args = '{"text": "' + body + '"}'
+# -- counted loops in a call's arguments -----------------------------------
+
+_WRITE = {
+    "tools": [tool("write_file", {"path": {"type": "string"}, "content": {"type": "string"}})]
+}
+
+
+def _step(n: int) -> str:
+    return f"Step {n}: check the configuration file again.\n"
+
+
+def _fox(n: int) -> str:
+    """canitoolcall's long-arguments line (its fixtures write 60 of them)."""
+    return f"{n:03d}: The quick brown fox jumps over the lazy dog.\n"
+
+
+def _numbered_file(lines: int, unit: Callable[[int], str] = _fox) -> str:
+    return "".join(unit(n) for n in range(lines))
+
+
+def _structured(body: str, size: int) -> list[dict[str, Any]]:
+    """A stream whose call writes ``body`` in structured fragments."""
+    args = orjson.dumps({"path": "notes/sample.txt", "content": body}).decode()
     chunks = [chunk(role="assistant")]
-    for i in range(0, len(args), 5):
-        frag: dict[str, Any] = {"index": 0, "function": {"arguments": args[i : i + 5]}}
+    for i in range(0, len(args), size):
+        frag: dict[str, Any] = {"index": 0, "function": {"arguments": args[i : i + size]}}
         if i == 0:
             frag.update(id="call_1", type="function")
-            frag["function"]["name"] = "write"
+            frag["function"]["name"] = "write_file"
         chunks.append(chunk(tool_calls=[frag]))
     chunks.append(chunk(finish="tool_calls"))
-    a = assemble(run_sse(sse(chunks), req))
+    return chunks
+
+
+def _as_text(body: str) -> str:
+    """The call written as text in content (Hermes ``<tool_call>``)."""
+    call = {"name": "write_file", "arguments": {"path": "notes/sample.txt", "content": body}}
+    return "I will write the file.\n<tool_call>\n" + orjson.dumps(call).decode() + "\n</tool_call>"
+
+
+def _call_stream(body: str, path: str, how: str | int) -> bytes:
+    if path == "structured":
+        return sse(_structured(body, how if isinstance(how, int) else 5))
+    return text_stream(_pieces(_as_text(body), how), finish="stop")
+
+
+_ARG_PATHS = ["structured", "text"]
+
+
+@pytest.mark.parametrize("how", [1, 7, "random", "whole"])
+@pytest.mark.parametrize("path", _ARG_PATHS)
+@pytest.mark.parametrize(
+    ("lines", "unit"),
+    [(60, _fox), (600, _fox), (600, _step)],
+    ids=["canitoolcall's 60 lines", "600 lines", "600 steps"],
+)
+def test_numbered_data_in_arguments_is_an_argument(
+    lines: int, unit: Callable[[int], str], path: str, how: str | int
+) -> None:
+    """A file of numbered lines, the same but for the number, is a normal
+    argument: under ``COUNTED_ARG_CHARS`` it is no loop, whether the call
+    comes in structured fragments or written as text in content (the
+    detector holds it; the cutter, which runs before it, asks). As prose,
+    each would be cut (``test_the_same_lines_in_prose_are_cut``)."""
+    body = _numbered_file(lines, unit)
+    assert len(body) < COUNTED_ARG_CHARS
+    a = assemble(run_sse(_call_stream(body, path, how), _WRITE))
+    assert a.ext is None
+    assert a.calls() == [("write_file", {"path": "notes/sample.txt", "content": body})]
+    assert a.finish_reason == "tool_calls"
+
+
+def _bare_json(body: str) -> str:
+    """The call as a bare JSON object at the reply's start (a leading
+    marker: ``{`` opens a call only before any other text)."""
+    call = {"name": "write_file", "arguments": {"path": "notes/sample.txt", "content": body}}
+    return orjson.dumps(call).decode()
+
+
+@pytest.mark.parametrize("written", [_as_text, _bare_json], ids=["tagged", "bare json"])
+def test_numbered_data_in_a_whole_completion_is_an_argument(
+    written: Callable[[str], str],
+) -> None:
+    """Not streamed: the call and its argument come in one message, which
+    the cutter reads before the detector has seen any of it."""
+    body = _numbered_file(600)
+    out = streamfix.fix_completion(_completion(written(body)), _WRITE)
+    ch = out["choices"][0]
+    assert "streamfix" not in ch
+    assert orjson.loads(ch["message"]["tool_calls"][0]["function"]["arguments"])["content"] == body
+
+
+@pytest.mark.parametrize("lines", [60, 600])
+def test_the_same_lines_in_prose_are_cut(lines: int) -> None:
+    """The lines of the tests above, as prose (no call around them, or no
+    tools offered): a counted loop, cut within the prose bound."""
+    body = _numbered_file(lines)
+    for request in (None, _WRITE):
+        a = assemble(run_sse(text_stream(_pieces("Here it is:\n" + body, 7)), request))
+        assert a.ext is not None and a.ext["counted"] is True
+        assert len(a.content) - len("Here it is:\n") <= COUNTED_BOUND_CHARS
+
+
+def _arg_cut_at(pieces: list[str]) -> int | None:
+    """The position in a call's arguments of the check that cut, or None."""
+    cutter = RepetitionCutter(_ctx())
+    for piece in pieces:
+        d = Delta(arg_text=[(0, piece)])
+        cutter.feed(d)
+        if d.stop:
+            assert d.ext is not None and d.ext["counted"] is True
+            return cutter._args[0].next_check
+    return None
+
+
+def _arg_bound(unit: Callable[[int], str], first: int, step: int) -> int:
+    """``COUNTED_ARG_CHARS``, then the prose bound (max(16 copies, 1000
+    characters)) at most."""
+    return COUNTED_ARG_CHARS + _counted_bound("", 0, unit, first, step)
+
+
+def _arg_loop(prefix: str, unit: Callable[[int], str], first: int, step: int) -> tuple[str, int]:
+    copies = 2 * COUNTED_ARG_CHARS // len(unit(first)) + 40
+    if step < 0:
+        first -= step * copies  # no minus sign: one loop all along
+    text = prefix + "".join(unit(first + step * i) for i in range(copies))
+    return text, _counted_start(text, prefix, unit(first))
+
+
+@pytest.mark.parametrize("how", [1, 3, "random", 64, "whole"])
+@pytest.mark.parametrize("loop", COUNTED_LOOPS, ids=_COUNTED_IDS)
+def test_counted_loop_in_arguments_is_cut_past_the_argument_bound(
+    loop: tuple[str, str, Callable[[int], str], int, int], how: str | int
+) -> None:
+    """A counted loop in a call's arguments runs ``COUNTED_ARG_CHARS``
+    from its start, then is cut within the prose bound (the cutter follows
+    the run from check to check, past the window it reads back)."""
+    _, prefix, unit, first, step = loop
+    text, start = _arg_loop(prefix, unit, first, step)
+    at = _arg_cut_at(_pieces(text, how))
+    assert at is not None, "counted loop in arguments not cut"
+    assert COUNTED_ARG_CHARS <= at - start <= _arg_bound(unit, first, step)
+
+
+@settings(max_examples=25, deadline=None)
+@given(counted_units(), st.lists(st.integers(1, 200), min_size=1, max_size=30))
+def test_any_counted_loop_in_arguments_is_cut_at_any_chunking(
+    loop: tuple[str, Callable[[int], str], int, int], sizes: list[int]
+) -> None:
+    prefix, unit, first, step = loop
+    note(f"units: {unit(first)!r} {unit(first + step)!r}")
+    text, start = _arg_loop(prefix, unit, first, step)
+    at = _arg_cut_at(split_sizes(text, sizes))
+    assert at is not None, "counted loop in arguments not cut"
+    assert COUNTED_ARG_CHARS <= at - start <= _arg_bound(unit, first, step)
+
+
+def _countdown(n: int) -> str:
+    return f"T-minus {n}: still waiting for the reply.\n"
+
+
+_HALF = COUNTED_ARG_CHARS * 3 // 5
+
+
+@pytest.mark.parametrize("lead", range(0, LONG_AT, 5))
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [
+        (
+            _numbered_file(_HALF // len(_fox(0))),
+            _numbered_file(_HALF // 45, _step),
+        ),
+        # through zero: ``T-minus -1`` is another unit (canonical ``-0``)
+        (
+            "".join(_countdown(n) for n in range(_HALF // 42, -1, -1)),
+            "".join(_countdown(-n) for n in range(1, _HALF // 42)),
+        ),
+    ],
+    ids=["fox lines then steps", "counting down through zero"],
+)
+def test_a_new_counted_loop_in_arguments_starts_a_new_run(lead: int, one: str, two: str) -> None:
+    """Two counted loops one after the other, each shorter than the
+    argument bound, their sum longer: not cut (a run is one loop), at any
+    phase on the check grid (``lead``: text before them)."""
+    text = (PROSE * 2)[:lead] + one + two
+    assert len(one) < COUNTED_ARG_CHARS and len(two) < COUNTED_ARG_CHARS < len(one + two)
+    assert _arg_cut_at(_pieces(text, 7)) is None
+
+
+@pytest.mark.parametrize("how", [1, 7, "random", "whole"])
+@pytest.mark.parametrize("path", _ARG_PATHS)
+def test_counted_loop_in_tool_arguments_drops_the_call(path: str, how: str | int) -> None:
+    """Past the argument bound, the call (structured, or held as text by
+    the detector) is dropped and the turn ends with ``length``; the
+    session tells the I/O layer to close the upstream request."""
+    body = _numbered_file(3 * COUNTED_ARG_CHARS // len(_fox(0)))
+    data = _call_stream(body, path, how)
+    session = streamfix.SSESession(_WRITE)
+    out = session.feed(data)
+    assert session.stopped
+    a = assemble(out)
     assert a.tool_calls == []
     assert a.finish_reason == "length"
     assert a.ext is not None and a.ext["counted"] is True
     assert a.done
+    assert a.content in ("", "I will write the file.\n", "I will write the file.")
+
+
+def test_counted_loop_in_a_whole_completion_drops_the_call() -> None:
+    body = _numbered_file(3 * COUNTED_ARG_CHARS // len(_fox(0)))
+    ch = streamfix.fix_completion(_completion(_as_text(body)), _WRITE)["choices"][0]
+    assert not ch["message"].get("tool_calls")
+    assert ch["finish_reason"] == "length"
+    assert ch["streamfix"]["counted"] is True

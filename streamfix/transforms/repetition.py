@@ -313,6 +313,15 @@ COUNTED_PROBE: Final = 16
 COUNTED_REACH: Final = 2 * PROBE
 COUNTED_CANDIDATES: Final = 8
 COUNTED_SHIFT: Final = 4
+#: Counted loops in a call's arguments (module doc, "In arguments"): the
+#: characters from the loop's start to the check that cuts it. A file of
+#: numbered lines is data; 32 KiB of it (at least 64 copies: a copy is at
+#: most ``COUNTED_MAX_PERIOD``) is a model that lost count of its task.
+COUNTED_ARG_CHARS: Final = 32 * 1024
+#: A counted loop found at most this far after the last check that found
+#: one continues its run for sure: the evidence alone reaches back
+#: ``COUNTED_CHARS``, past that check.
+COUNTED_RUN_GAP: Final = 2 * LONG_AT
 #: How far back a counted check reads (the loop's start for the cut, too):
 #: the tail a channel always keeps, so the verdict does not depend on how
 #: the text was chunked.
@@ -474,11 +483,13 @@ def _canonical_period(cf: _Canon, e: int) -> tuple[int, int] | None:
     return None
 
 
-def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
+def find_counted(s: str, t: int, d: int, extend: bool = True) -> tuple[int, int] | None:
     """A counted loop ending at ``s[:t]`` whose screen found the distance
     ``d``: ``(length of its last copy, end of its first copy)``, or None.
     The shortest canonical period decides; a number cut by the check is
-    left out."""
+    left out. Without ``extend``, the first copy is the first of the
+    evidence (the loop is not followed back to where it began: a run in
+    arguments that the last check found already has its start)."""
     lim = max(0, t - COUNTED_WINDOW)
     e = t
     while e > lim and s[e - 1] in _DIGITS:
@@ -519,6 +530,8 @@ def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
         COUNTED_LETTERS_PER_COUNTER * counters, COUNTED_LETTERS_PER_DIGIT * digits
     ):
         return None
+    if not extend:
+        return e - cf.raw(n_c - q), cf.raw(n_c - (n - 1) * q)
     # A loop: where it began, to keep the text before it and one copy.
     cf = _Canon(s, lim, e)
     c = cf.text
@@ -549,17 +562,56 @@ def find_counted(s: str, t: int, d: int) -> tuple[int, int] | None:
 Hit = tuple[int, int, bool]
 
 
+def _always(pending: str) -> bool:
+    """``_Channel.in_call`` of a call's arguments: all of it is argument."""
+    return True
+
+
 class _Channel:
     """One watched text stream: a bounded tail and the text since."""
 
-    __slots__ = ("base", "new", "next_check", "tail", "total")
+    __slots__ = ("base", "in_call", "new", "next_check", "run_from", "run_seen", "tail", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, in_call: Callable[[str], bool] | None = None) -> None:
         self.tail = ""  # text from absolute position ``base``
         self.base = 0
         self.new: list[str] = []  # pieces after the tail
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
+        #: Whether a counted loop found here is in a call's arguments, asked
+        #: with the text of this feed before the loop (the detector has not
+        #: seen it yet): ``_always`` for arguments, the detector's
+        #: ``holds_call`` for content, None for prose only (module doc).
+        self.in_call = in_call
+        #: A counted loop in arguments: the absolute position where it
+        #: started and of the last check that found it (-1: none yet).
+        self.run_from = -1
+        self.run_seen = -1
+
+    def _counted_cut(self, s: str, first: int, p: int, t_abs: int, start: int) -> bool:
+        """A counted loop is found at the check ``t_abs``, the end of its
+        first copy (of length about ``p``) at ``s[first]``: whether to cut.
+        In prose at once; in a call's arguments when the run it continues
+        is ``COUNTED_ARG_CHARS`` long. A loop found by one check continues
+        the run of the last if its first two copies end before that check
+        (the window read back is far longer than the checks' spacing, and
+        the evidence of a run that goes on reaches ten copies or 727
+        characters back); a loop that starts where another ended begins
+        less than a copy before the last check that saw the other."""
+        in_call = self.in_call
+        if in_call is None:
+            return True
+        base = self.base
+        at = base + first - p  # where the loop starts, give or take a digit
+        pending = s[start - base : first - p] if at > start else ""
+        if in_call is not _always and not in_call(pending):
+            return True  # prose
+        if self.run_from < 0 or at + 2 * p > self.run_seen:
+            self.run_from = at  # a new run
+        elif at < self.run_from:
+            self.run_from = at
+        self.run_seen = t_abs
+        return t_abs - self.run_from >= COUNTED_ARG_CHARS
 
     def feed(self, text: str, undo_on_hit: bool = False) -> Hit | None:
         """Append ``text``; on a loop, ``(period, characters of text to
@@ -606,10 +658,15 @@ class _Channel:
                 elif long:
                     d = counted_screen(s, t)
                     if d:
-                        hit = find_counted(s, t, d)
+                        # A run in arguments that the last checks found goes
+                        # on: its start is known, the evidence is enough.
+                        seen = self.run_seen
+                        hit = find_counted(s, t, d, seen < 0 or t_abs - seen > COUNTED_RUN_GAP)
                         if hit is not None:
                             p, first = hit
                             counted = True
+                            if not self._counted_cut(s, first, p, t_abs, start):
+                                hit = None
             if hit is not None:
                 found = (p, max(0, min(len(text), base + first - start)), counted)
                 if undo_on_hit:
@@ -652,6 +709,13 @@ class RepetitionCutter:
         self._args: dict[int, _Channel] = {}
         #: A loop found on the plain-text lane, for the ``feed`` that follows.
         self._lane_hit: tuple[str, Hit] | None = None
+
+    def watch_calls(self, holds_call: Callable[[str], bool]) -> None:
+        """Content may hold calls written as text: ``holds_call(pending)``
+        (the tool-tag detector's, which runs after us) tells whether the
+        text it has seen, then ``pending``, leaves it inside a call. A
+        counted loop there is in a call's arguments (module doc)."""
+        self._content.in_call = holds_call
 
     def feed_text(self, text: str) -> bool:
         """The plain-text lane (``delta.TextLane``): True unless ``text``
@@ -717,7 +781,7 @@ class RepetitionCutter:
             for key, text in pieces:
                 ch = args.get(key)
                 if ch is None:
-                    ch = args[key] = _Channel()
+                    ch = args[key] = _Channel(_always)
                 hit = ch.feed(text)
                 if hit is not None:
                     # The accumulator is abandoned on stop: no call is emitted.
