@@ -10,7 +10,9 @@ tells the I/O layer to close the upstream request (``Chain.stopped``).
 Channels are watched separately: ``content``, ``reasoning`` and each tool
 call's argument text (``Delta.arg_text``, one channel per call key). A loop
 in a call's arguments breaks the call: the chain abandons the accumulator
-(which runs before us) when we stop, so the call is never emitted.
+(which runs before us) when we stop, so the call is never emitted; a call
+held as text in content is dropped by the detector (which runs after us)
+as one cut off by the ``length`` finish.
 
 **Signature.** Real text repeats its syntax, not its content (JSON arrays
 of similar objects, markdown tables, code, lists). A loop is *exact*
@@ -83,6 +85,37 @@ counted loops are looked for at the long checks (every ``LONG_AT`` = 256
 characters), so at most ``727 + 256 + 9`` characters, or 10 copies and
 265 characters, pass before the cut (``tests/test_repetition.py`` pins
 the arithmetic).
+
+**In arguments.** A call's arguments are data, and data counts: a file
+of numbered lines (canitoolcall's long-arguments fixtures write ``000:
+The quick brown fox jumps over the lazy dog.`` sixty times), seed rows,
+a generated test file. The prose evidence would cut each of them, so in
+arguments a counted loop is cut only once it has run
+``COUNTED_ARG_CHARS`` (32,768) characters from its start, which is at
+least 64 copies (a copy is at most 512 characters), about 8K tokens: far
+longer than numbered data usually is, and still well before the
+``max_tokens`` an agent sets or the 256 KiB a call held as text may reach
+(``Options.max_call_chars``). Not cutting there at all would let a model
+that lost count of its task in a ``write_file`` call run to the end of
+its budget. Exact loops in arguments are cut as in prose: an argument
+whose text repeats verbatim is no data. The same rule holds for both
+kinds of argument: each structured call's text (``Delta.arg_text``), and
+content the tool-tag detector holds as a call written as text. The
+detector runs after the cutter, so the cutter asks it
+(``watch_calls``, ``ToolTagDetector.holds_call``) when a counted loop is
+found in content: whether a call region is open, or the text of this
+delta before the loop (which the detector has not seen yet: a whole
+completion is one delta) has a marker that opens one. The question errs
+towards "in a call" (a marker whose region turns out to be text), which
+only makes the cut later. A run is followed from check to check past the
+window read back (``_Channel.run_from``): a counted loop found by a check
+continues the run when its first two copies end before the last check
+that found one, else a new run starts (a loop that starts where another
+ended, ``T-minus 0`` then ``T-minus -1``, is not one loop). A check that
+continues a run within ``COUNTED_RUN_GAP`` of the last skips the walk
+back to the loop's start, which it knows. The cut then comes
+``COUNTED_ARG_CHARS`` to ``COUNTED_ARG_CHARS`` + max(16 copies, 1000
+characters) past the loop's start at every chunking; the call is dropped.
 
 The canonical form is computed only when cheap evidence appears, so text
 without such loops pays a few C calls per 256 characters (about 1 µs):
