@@ -14,6 +14,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 import streamfix
+from streamfix.chain import Chain
+from streamfix.chunks import view_of
 from streamfix.context import Context
 from streamfix.delta import Delta
 from streamfix.transforms.repetition import (
@@ -1039,3 +1041,33 @@ def test_counted_loop_in_a_whole_completion_drops_the_call() -> None:
     assert not ch["message"].get("tool_calls")
     assert ch["finish_reason"] == "length"
     assert ch["streamfix"]["counted"] is True
+
+
+@pytest.mark.parametrize("read", ["a run", "one by one"])
+def test_a_run_of_texts_sees_the_call_it_holds(read: str) -> None:
+    """Texts read together go through the chain as one run
+    (``Chain.feed_plain_run``), which the cutter takes before the detector
+    sees any of it; when something in the run is cut, the cutter goes back
+    over it text by text, still ahead of the detector. A counted loop in a
+    call opened earlier in the run is then in a call all the same: the
+    call (a bare JSON object at a line's start, which the reasoning
+    splitter lets through in runs) is lifted, and the exact loop after it
+    is what is cut, as one by one."""
+    call = {"name": "write_file", "arguments": {"path": "a.txt", "content": _numbered_file(60)}}
+    text = "Sure.\n" + orjson.dumps(call).decode() + "\nDone. " + "I am done now. " * 100
+    pieces = _pieces(text, 7)
+    chain = Chain(Context.of(_WRITE, {}))
+    role = chunk(role="assistant", content="")
+    chain.feed(view_of(role), role)
+    if read == "a run":
+        taken, _ = chain.feed_plain_run(0, pieces, "".join(pieces), orjson.dumps(chunk("x")))
+        assert 0 < taken < len(pieces)
+    else:
+        for piece in pieces:
+            c = chunk(piece)
+            chain.feed(view_of(c), c)
+            if chain.stopped:
+                break
+    assert chain.stopped
+    assert chain.calls_emitted == 1
+    assert chain.report.cut == {"cut": "repetition", "period": len("I am done now. ")}

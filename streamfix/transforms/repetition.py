@@ -104,8 +104,9 @@ content the tool-tag detector holds as a call written as text. The
 detector runs after the cutter, so the cutter asks it
 (``watch_calls``, ``ToolTagDetector.holds_call``) when a counted loop is
 found in content: whether a call region is open, or the text of this
-delta before the loop (which the detector has not seen yet: a whole
-completion is one delta) has a marker that opens one. The question errs
+delta (or run of texts, ``synced``) before the loop, which the detector
+has not seen yet (a whole completion is one delta), has a marker that
+opens one. The question errs
 towards "in a call" (a marker whose region turns out to be text), which
 only makes the cut later. A run is followed from check to check past the
 window read back (``_Channel.run_from``): a counted loop found by a check
@@ -603,7 +604,17 @@ def _always(pending: str) -> bool:
 class _Channel:
     """One watched text stream: a bounded tail and the text since."""
 
-    __slots__ = ("base", "in_call", "new", "next_check", "run_from", "run_seen", "tail", "total")
+    __slots__ = (
+        "base",
+        "in_call",
+        "new",
+        "next_check",
+        "run_from",
+        "run_seen",
+        "synced",
+        "tail",
+        "total",
+    )
 
     def __init__(self, in_call: Callable[[str], bool] | None = None) -> None:
         self.tail = ""  # text from absolute position ``base``
@@ -620,6 +631,10 @@ class _Channel:
         #: started and of the last check that found it (-1: none yet).
         self.run_from = -1
         self.run_seen = -1
+        #: In a run of texts (``_take_run``), the position the detector has
+        #: seen up to: the run's start, also while its texts go one by one
+        #: (the detector gets them after us). -1: the start of each feed.
+        self.synced = -1
 
     def _counted_cut(self, s: str, first: int, p: int, t_abs: int, start: int) -> bool:
         """A counted loop is found at the check ``t_abs``, the end of its
@@ -636,6 +651,8 @@ class _Channel:
             return True
         base = self.base
         at = base + first - p  # where the loop starts, give or take a digit
+        if self.synced >= 0:
+            start = self.synced  # the text of the run before this feed, too
         pending = s[start - base : first - p] if at > start else ""
         if in_call is not _always and not in_call(pending):
             return True  # prose
@@ -723,10 +740,15 @@ class _Channel:
 
 def _take_run(ch: _Channel, feed_one: Callable[[str], bool], texts: list[str], joined: str) -> int:
     """A lane's run of ``texts`` into channel ``ch`` at once; if that finds
-    a loop, the channel as it was, and the texts one by one (``feed_one``)."""
-    if ch.feed(joined, undo_on_hit=True) is None:
-        return len(texts)
-    return take_each(feed_one, texts)
+    a loop, the channel as it was, and the texts one by one (``feed_one``).
+    The steps after us see the run after we have taken it: ``synced``."""
+    ch.synced = ch.total
+    try:
+        if ch.feed(joined, undo_on_hit=True) is None:
+            return len(texts)
+        return take_each(feed_one, texts)
+    finally:
+        ch.synced = -1
 
 
 class RepetitionCutter:
