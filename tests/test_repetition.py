@@ -1025,7 +1025,17 @@ def test_counted_loop_in_tool_arguments_drops_the_call(path: str, how: str | int
     body = _numbered_file(3 * COUNTED_ARG_CHARS // len(_fox(0)))
     data = _call_stream(body, path, how)
     session = streamfix.SSESession(_WRITE)
-    out = session.feed(data)
+    # Event by event, counting the characters of the channel fed (content,
+    # or the call's arguments) until the session stops.
+    out, fed = b"", 0
+    for event in data.split(b"\n\n"):
+        if not event or session.stopped:
+            continue
+        out += session.feed(event + b"\n\n")
+        if event.startswith(b"data: {"):
+            d = orjson.loads(event[6:])["choices"][0]["delta"]
+            fed += len(d.get("content") or "")
+            fed += sum(len(tc["function"]["arguments"]) for tc in d.get("tool_calls") or [])
     assert session.stopped
     a = assemble(out)
     assert a.tool_calls == []
@@ -1033,6 +1043,11 @@ def test_counted_loop_in_tool_arguments_drops_the_call(path: str, how: str | int
     assert a.ext is not None and a.ext["counted"] is True
     assert a.done
     assert a.content in ("", "I will write the file.\n", "I will write the file.")
+    # where the loop starts in that channel: its first line, as sent
+    args = orjson.dumps({"path": "notes/sample.txt", "content": body}).decode()
+    start = (_as_text(body) if path == "text" else args).index(orjson.dumps(body).decode()[1:])
+    if how != "whole":  # (a whole reply is one event)
+        assert COUNTED_ARG_CHARS <= fed - start <= COUNTED_ARG_CHARS + COUNTED_BOUND_CHARS + 7
 
 
 def test_counted_loop_in_a_whole_completion_drops_the_call() -> None:

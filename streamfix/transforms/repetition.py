@@ -106,15 +106,16 @@ detector runs after the cutter, so the cutter asks it
 found in content: whether a call region is open, or the text of this
 delta (or run of texts, ``synced``) before the loop, which the detector
 has not seen yet (a whole completion is one delta), has a marker that
-opens one. The question errs
-towards "in a call" (a marker whose region turns out to be text), which
-only makes the cut later. A run is followed from check to check past the
-window read back (``_Channel.run_from``): a counted loop found by a check
-continues the run when its first two copies end before the last check
-that found one, else a new run starts (a loop that starts where another
-ended, ``T-minus 0`` then ``T-minus -1``, is not one loop). A check that
-continues a run within ``COUNTED_RUN_GAP`` of the last skips the walk
-back to the loop's start, which it knows. The cut then comes
+opens one. The question errs towards "in a call" (a marker whose region
+turns out to be text), which only makes the cut later. A run is followed
+from check to check past the window read back (``_Channel.run_from``): a
+counted loop found by a check continues the run when its first two copies
+end before the last check that found one, else a new run starts (a loop
+that starts where another ended, ``T-minus 0`` then ``T-minus -1``, is
+not one loop). A check that continues a run within ``COUNTED_RUN_GAP`` of
+the last skips the walk back to the loop's start, which it knows: on
+numbered lines in arguments a piece of 16 characters costs 2.6 µs, where
+the walk at each check would make it 15 µs. The cut then comes
 ``COUNTED_ARG_CHARS`` to ``COUNTED_ARG_CHARS`` + max(16 copies, 1000
 characters) past the loop's start at every chunking; the call is dropped.
 
@@ -623,8 +624,8 @@ class _Channel:
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
         #: Whether a counted loop found here is in a call's arguments, asked
-        #: with the text of this feed before the loop (the detector has not
-        #: seen it yet): ``_always`` for arguments, the detector's
+        #: with the text of this feed (or run) before the loop, which the
+        #: detector has not seen yet: ``_always`` for arguments, the detector's
         #: ``holds_call`` for content, None for prose only (module doc).
         self.in_call = in_call
         #: A counted loop in arguments: the absolute position where it
