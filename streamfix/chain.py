@@ -63,10 +63,16 @@ def build_pipeline(ctx: Context) -> list[Transform]:
         steps.append(Accumulator(ctx))
     if ctx.has_tools and opts.split_reasoning:
         steps.append(ReasoningSplitter(ctx))
-    if opts.repetition:
-        steps.append(RepetitionCutter(ctx))
+    cutter = RepetitionCutter(ctx) if opts.repetition else None
+    if cutter is not None:
+        steps.append(cutter)
     if ctx.has_tools and opts.lift:
-        steps.append(ToolTagDetector(ctx))
+        detector = ToolTagDetector(ctx)
+        steps.append(detector)
+        if cutter is not None:
+            # The cutter runs first; it asks the detector whether a counted
+            # loop it finds in content is in a call held as text.
+            cutter.watch_calls(detector.holds_call)
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
     return steps

@@ -18,7 +18,7 @@ import pytest
 from streamfix.cli import build_parser, config_from_args, main
 from streamfix.server.config import SETTINGS, ConfigError, ServerConfig, parse_upstream
 
-from .streamutil import assemble, text_stream
+from .streamutil import assemble, chunk, sse, text_stream
 from .upstream_fake import FakeUpstream, Reply, free_port
 
 
@@ -142,28 +142,56 @@ async def _wait_healthy(url: str, deadline: float) -> None:
             await asyncio.sleep(0.05)
 
 
+#: This checkout: the process runs its code, whatever the test's cwd or
+#: the copy of streamfix installed in the environment.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _serve(upstream: str, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
+    """``streamfix serve`` as a process, from this checkout."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamfix",
+            "serve",
+            "--upstream",
+            upstream,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    proc.stderr.close()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_serve_runs_as_a_process(workers: int) -> None:
     async with FakeUpstream(Reply.stream(text_stream(["ok"]))) as up:
         port = free_port()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamfix",
-                "serve",
-                "--upstream",
-                up.url,
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-                "--log-level",
-                "warning",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        proc = _serve(up.url, port, workers)
         try:
             root = f"http://127.0.0.1:{port}"
             await _wait_healthy(root, time.monotonic() + 20)
@@ -177,15 +205,44 @@ async def test_serve_runs_as_a_process(workers: int) -> None:
                     async with s.post(root + "/v1/chat/completions", json=req) as r:
                         assert assemble(await r.read()).content == "ok"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            assert proc.stdout is not None and proc.stderr is not None
-            proc.stdout.close()
-            proc.stderr.close()
+            _stop(proc)
+
+
+async def test_serve_cuts_a_counted_loop_and_closes_the_upstream() -> None:
+    """Issue 18 through ``streamfix serve`` as a process: a model counting
+    while it loops (``Step N: …``) from a scripted upstream. The client
+    gets a ``length`` finish, ``"counted": true`` and ``[DONE]`` within
+    1,000 characters; the upstream request is closed long before its
+    395 copies are sent."""
+    unit = "Step {}: Check the configuration file again.\n"
+    parts = [sse([chunk(role="assistant")], done=False)]
+    parts += [sse([chunk(unit.format(n))], done=False) for n in range(5, 400)]
+    parts.append(sse([chunk(finish="length")]))
+    async with FakeUpstream(Reply.stream(parts, delay=0.002)) as up:
+        port = free_port()
+        proc = _serve(up.url, port)
+        try:
+            root = f"http://127.0.0.1:{port}"
+            await _wait_healthy(root, time.monotonic() + 20)
+            req = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(root + "/v1/chat/completions", json=req) as r,
+            ):
+                data = b""
+                async for part in r.content.iter_any():
+                    data += part
+                    if b"[DONE]" in data:
+                        break
+            rec = up.chat_requests[0]
+            await asyncio.wait_for(rec.ended.wait(), 5)
+        finally:
+            _stop(proc)
+    a = assemble(data)
+    assert a.done and a.finish_reason == "length"
+    assert a.ext is not None and a.ext["cut"] == "repetition" and a.ext["counted"] is True
+    assert a.content.startswith(unit.format(5)) and len(a.content) <= 1000
+    assert rec.disconnected
 
 
 def test_demo_piped_into_a_reader_that_leaves_is_not_an_error() -> None:

@@ -5,8 +5,10 @@ tools offered, come out byte-identical with zero cuts.
 The corpus: the Python standard library's own sources, read from the
 running interpreter's installation (its regression-test suites and
 site-packages left out: tests are full of deliberately repeated literal
-data), JSON arrays of similar objects, CSV records, and markdown documents
-with tables, rules, lists and code blocks. The one stdlib module whose text
+data), JSON arrays of similar objects, CSV records, markdown documents
+with tables, rules, lists and code blocks, and enumerations that count
+without looping (issue 18: numbered procedures, CSV exports and tables
+with ids, the primes below 1,000). The one stdlib module whose text
 *is* a loop by issue 4's definition (``encodings/iso8859_8.py``: 28
 identical lines of ``'\\ufffe'``) is not hidden: a test below pins that it
 is cut, and why.
@@ -30,7 +32,7 @@ import orjson
 from streamfix.chain import KEEPALIVE, PASS, Chain
 from streamfix.chunks import ChoiceView, ChunkView, DeltaView
 from streamfix.context import Context
-from streamfix.transforms.repetition import _Channel
+from streamfix.transforms.repetition import COUNTED_CHARS, _Channel
 
 from .streamutil import SHAPES_REQUEST
 
@@ -208,12 +210,62 @@ def markdown_docs() -> list[str]:
     return docs
 
 
+_NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"]
+_STATUS = ["pending", "shipped", "delivered", "cancelled", "on hold"]
+
+
+def _primes(below: int) -> list[int]:
+    return [n for n in range(2, below) if all(n % d for d in range(2, int(n**0.5) + 1))]
+
+
+def enumeration_docs() -> list[str]:
+    """Real enumerations that count (issue 18: not counted loops): long
+    numbered procedures whose steps say different things, CSV exports with
+    ids and varying fields, markdown tables of 100 rows with a counter, a
+    name and a status that varies, the primes below 1,000, and the numbers
+    counting themselves."""
+    rnd = random.Random(4)
+    docs = []
+    for _ in range(4):
+        docs.append(
+            "".join(f"Step {i}: {_sentence(rnd, rnd.randint(4, 12))}\n" for i in range(1, 151))
+        )
+        docs.append("".join(f"{i}. {_sentence(rnd, rnd.randint(3, 10))}\n" for i in range(1, 151)))
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["id", "name", "email", "status", "amount", "created"])
+        for i in range(1, 401):
+            name = rnd.choice(_NAMES)
+            w.writerow(
+                [
+                    1000 + i,
+                    name.title(),
+                    f"{name}{rnd.randint(1, 99)}@example.com",
+                    rnd.choice(_STATUS),
+                    round(rnd.uniform(1, 900), 2),
+                    f"2026-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}",
+                ]
+            )
+        docs.append(buf.getvalue())
+        rows = "".join(
+            f"| {i} | {rnd.choice(_NAMES).title()} | {rnd.choice(_STATUS)} |\n"
+            for i in range(1, 101)
+        )
+        docs.append("| # | name | status |\n|---|---|---|\n" + rows)
+    primes = _primes(1000)
+    docs.append("The primes below 1,000: " + ", ".join(map(str, primes)) + ".")
+    docs.append("".join(f"- {p}\n" for p in primes))
+    docs.append("".join(f"{n}\n" for n in range(1, 3001)))
+    return docs
+
+
 def corpus() -> dict[str, list[str]]:
     return {
         "stdlib": stdlib_docs(STDLIB_BUDGET),
         "json": json_docs(),
         "csv": csv_docs(),
         "markdown": markdown_docs(),
+        "enumerations": enumeration_docs(),
     }
 
 
@@ -283,6 +335,15 @@ def test_corpus_with_tools_offered_is_byte_identical_with_no_cut() -> None:
     assert total >= 5_000_000
     assert cuts == 0
     assert changed == []
+
+
+def test_enumerations_through_the_cutter_at_every_long_check() -> None:
+    """The enumerations reach the counted check (each is longer than its
+    evidence) and the counted screen passes on some of them, yet none is
+    cut: their numbers are not a loop."""
+    docs = enumeration_docs()
+    assert all(len(doc) > COUNTED_CHARS for doc in docs)
+    assert [doc for doc in docs if _Channel().feed(doc)] == []
 
 
 def test_whole_stdlib_through_the_cutter() -> None:

@@ -540,6 +540,17 @@ async def test_client_disconnect_closes_upstream_within_100ms() -> None:
     assert rec.closed_at is not None and rec.closed_at - t_close < 0.1
 
 
+async def _until_done(r: aiohttp.ClientResponse) -> bytes:
+    """What the client reads up to ``[DONE]``; a stream that ends without
+    it fails the test."""
+    data = b""
+    async for part in r.content.iter_any():
+        data += part
+        if b"[DONE]" in data:
+            return data
+    pytest.fail("the stream ended without [DONE]")
+
+
 async def test_loop_cut_closes_upstream_within_100ms() -> None:
     head = sse([chunk(role="assistant")], done=False)
     loop = Reply.stream(
@@ -551,20 +562,45 @@ async def test_loop_cut_closes_upstream_within_100ms() -> None:
         aiohttp.ClientSession() as s,
         s.post(px.url + "/chat/completions", json=body()) as r,
     ):
-        data = b""
-        async for part in r.content.iter_any():
-            data += part
-            if b"[DONE]" in data:
-                t_done = time.monotonic()
-                break
-        else:
-            pytest.fail("the loop was not cut")
+        data = await _until_done(r)
+        t_done = time.monotonic()
         rec = up.chat_requests[0]
         await asyncio.wait_for(rec.ended.wait(), 2)
     a = assemble(data)
     assert a.done and a.content.startswith("the cat sat on the mat.")
     assert rec.disconnected
     assert rec.closed_at is not None and rec.closed_at - t_done < 0.1
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "Step {}: Check the configuration file again.\n",
+        "Attempt {}: the server did not answer, retrying. ",
+    ],
+)
+async def test_counted_loop_cut_closes_upstream(unit: str) -> None:
+    """Issue 18: the two loops that reached the client whole (13.7k and
+    14.9k characters) through ``streamfix serve``. Now the client gets a
+    ``length`` finish, the ``counted`` extension field and ``[DONE]`` within
+    the bound, and the upstream request is closed."""
+    head = sse([chunk(role="assistant")], done=False)
+    parts = [head] + [sse([chunk(unit.format(n))], done=False) for n in range(5, 400)]
+    parts.append(sse([chunk(finish="length")]))
+    async with (
+        FakeUpstream(Reply.stream(parts, delay=0.001)) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.url + "/chat/completions", json=body()) as r,
+    ):
+        data = await _until_done(r)
+        rec = up.chat_requests[0]
+        await asyncio.wait_for(rec.ended.wait(), 2)
+    a = assemble(data)
+    assert a.done and a.finish_reason == "length"
+    assert a.ext is not None and a.ext["cut"] == "repetition" and a.ext["counted"] is True
+    assert a.content.startswith(unit.format(5)) and len(a.content) <= 1000
+    assert rec.disconnected
 
 
 async def test_upstream_dying_mid_stream_gives_error_event_not_a_finish() -> None:

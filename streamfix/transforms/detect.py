@@ -318,6 +318,21 @@ class ToolTagDetector:
     def in_region(self) -> bool:
         return self._finder is not None
 
+    def holds_call(self, pending: str) -> bool:
+        """Whether the text seen so far, then ``pending`` (text not fed
+        yet), ends inside a call region: one is open now, or ``pending``
+        has a marker that would open one. For the repetition cutter, which
+        runs before us (``RepetitionCutter.watch_calls``); it changes
+        nothing. Cautious: a marker whose region turns out to be text, or
+        a region that ends within ``pending``, still counts (and ``{`` or
+        ``[`` at a line's start, which is one anywhere)."""
+        if self._finder is not None:
+            return True
+        if not pending:
+            return False
+        mm = self._search(self._held + pending)
+        return mm is not None and mm.group(1) is not None
+
     # -- Transform ---------------------------------------------------------
 
     def feed_text(self, text: str) -> bool:

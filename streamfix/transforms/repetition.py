@@ -10,7 +10,9 @@ tells the I/O layer to close the upstream request (``Chain.stopped``).
 Channels are watched separately: ``content``, ``reasoning`` and each tool
 call's argument text (``Delta.arg_text``, one channel per call key). A loop
 in a call's arguments breaks the call: the chain abandons the accumulator
-(which runs before us) when we stop, so the call is never emitted.
+(which runs before us) when we stop, so the call is never emitted; a call
+held as text in content is dropped by the detector (which runs after us)
+as one cut off by the ``length`` finish.
 
 **Signature.** Real text repeats its syntax, not its content (JSON arrays
 of similar objects, markdown tables, code, lists). A loop is *exact*
@@ -48,6 +50,86 @@ after the number is identical, on consecutive lines of at most
 A list of identical items is not legitimate output. Multi-line list items
 that loop with a running number are not caught (no exact period either).
 
+**Counted loops** (issue 18). A model that loops while it counts
+(``Step 5: Check the configuration file again.`` / ``Step 6: …``,
+``Attempt 7: the server did not answer, retrying.``) repeats a unit that
+is the same but for one or more numbers moving by a constant step. Its
+*canonical form*, every maximal run of ASCII digits replaced by one
+``0``, is exactly periodic, and the numbers at corresponding positions of
+the copies form arithmetic progressions. Real enumerations have the first
+or fail the second: a procedure whose steps say different things, a CSV
+export or a table whose other cells differ, is not periodic in canonical
+form; a list of numbers, or rows like ``17,pending``, is, so the unit must
+also say something. The evidence (constants below), within issue 18's
+bound of ``max(16 copies, 1000 characters)``:
+
+- at least ``COUNTED_COPIES`` (10) whole copies *and* ``COUNTED_CHARS``
+  (727) characters of canonical periodicity, the shortest period up to
+  ``COUNTED_MAX_PERIOD`` characters;
+- at every number position an arithmetic progression over all of them
+  (runs of at most ``COUNTED_MAX_DIGITS`` digits), at least one with a
+  non-zero step (otherwise the loop is exact);
+- a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (20)
+  letters per counter (a progression that moves), at least
+  ``COUNTED_LETTERS_PER_DIGIT`` (2) per digit, and ``COUNTED_PROBE`` (16)
+  characters in a row without a digit (what the screen below looks for).
+
+Over the whole stdlib (``tests/test_corpus_false_positives.py``), ten
+copies and 727 characters alone, without the letter rules, give no
+counted loop; five copies, 300 characters and 16 letters would cut
+eleven modules (``encodings/cp720.py``: ``'\\x05'  #
+0x05 -> CONTROL CHARACTER`` and the next lines, 18 letters). The letter
+rules add their own margin, and keep cyclic enumerations (``N. Step N:
+check the pump`` / ``… gauge`` / ``… valve``) text. The bound still holds:
+counted loops are looked for at the long checks (every ``LONG_AT`` = 256
+characters), so at most ``727 + 256 + 9`` characters, or 10 copies and
+265 characters, pass before the cut (``tests/test_repetition.py`` pins
+the arithmetic).
+
+**In arguments.** A call's arguments are data, and data counts: a file
+of numbered lines (canitoolcall's long-arguments fixtures write ``000:
+The quick brown fox jumps over the lazy dog.`` sixty times), seed rows,
+a generated test file. The prose evidence would cut each of them, so in
+arguments a counted loop is cut only once it has run
+``COUNTED_ARG_CHARS`` (32,768) characters from its start, which is at
+least 64 copies (a copy is at most 512 characters), about 8K tokens: far
+longer than numbered data usually is, and still well before the
+``max_tokens`` an agent sets or the 256 KiB a call held as text may reach
+(``Options.max_call_chars``). Not cutting there at all would let a model
+that lost count of its task in a ``write_file`` call run to the end of
+its budget. Exact loops in arguments are cut as in prose: an argument
+whose text repeats verbatim is no data. The same rule holds for both
+kinds of argument: each structured call's text (``Delta.arg_text``), and
+content the tool-tag detector holds as a call written as text. The
+detector runs after the cutter, so the cutter asks it
+(``watch_calls``, ``ToolTagDetector.holds_call``) when a counted loop is
+found in content: whether a call region is open, or the text of this
+delta (or run of texts, ``synced``) before the loop, which the detector
+has not seen yet (a whole completion is one delta), has a marker that
+opens one. The question errs towards "in a call" (a marker whose region
+turns out to be text), which only makes the cut later. A run is followed
+from check to check past the window read back (``_Channel.run_from``): a
+counted loop found by a check continues the run when its first two copies
+end before the last check that found one, else a new run starts (a loop
+that starts where another ended, ``T-minus 0`` then ``T-minus -1``, is
+not one loop). A check that continues a run within ``COUNTED_RUN_GAP`` of
+the last skips the walk back to the loop's start, which it knows: on
+numbered lines in arguments a piece of 16 characters costs 2.6 µs, where
+the walk at each check would make it 15 µs. The cut then comes
+``COUNTED_ARG_CHARS`` to ``COUNTED_ARG_CHARS`` + max(16 copies, 1000
+characters) past the loop's start at every chunking; the call is dropped.
+
+The canonical form is computed only when cheap evidence appears, so text
+without such loops pays a few C calls per 256 characters (about 1 µs):
+the last run of 16 to 64 characters without a digit within
+``COUNTED_REACH`` (128) characters before the check (which starts or ends
+at a number, and so must each occurrence) must
+recur one and two copies back (give or take ``COUNTED_SHIFT`` characters,
+for counters that gain a digit, ``9`` → ``10``), and the text from one
+occurrence to the next must be the same but for its numbers. Only then is
+the text of the last eleven copies canonicalised (one regex pass) and
+checked as above.
+
 **Cost.** Text is never held back. Each channel appends to a list and,
 only at every ``CHECK_EVERY``-th character (absolute positions, so the
 verdict does not depend on chunking), joins its bounded tail and runs a
@@ -57,8 +139,9 @@ them to get candidate periods, verify each with one ``startswith`` slice
 compare. Amortised O(1) per character; the tail is bounded by ``WINDOW``.
 A piece of text that reaches several checks at once (a run of chunks read
 together) screens up to three of them with one search (``quiet``): if the
-first one's probe recurs nowhere and no line ends near them, none of them
-can find anything; otherwise each is made.
+first one's probe recurs nowhere, no line ends near them and the counted
+screen of the long check among them finds nothing, none of them can find
+anything; otherwise each is made.
 
 **Cutting.** On a cut, the text already sent stays sent; of this delta's
 text only what comes before the end of the loop's first copy is kept (the
@@ -68,6 +151,8 @@ client in total.
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -153,19 +238,23 @@ LONG_AT: Final = CHECK_EVERY * LONG_EVERY
 SCREEN_REACH: Final = min(required_span(p) - PROBE - p for p in range(1, MAX_PERIOD + 1))
 
 
-def quiet(s: str, t: int, last: int, long: bool) -> bool:
+def quiet(s: str, t: int, last: int, long: int) -> bool:
     """True when no check at ``t``, ``t + CHECK_EVERY`` … ``last`` (at most
-    ``SCREEN_REACH`` apart, ``t >= MIN_SPAN``) can find a loop or a
-    numbered run, with two searches instead of two per check: a loop of
-    period ``p`` found by any of them makes the text periodic from before
-    ``t``'s probe, so that probe recurs ``p`` characters earlier (``long``:
-    a check among them looks for long periods); a numbered run needs a
-    line end in the last ``CHECK_EVERY`` characters before a check. Text
-    without loops passes; text that fails goes check by check."""
+    ``SCREEN_REACH`` apart, ``t >= MIN_SPAN``) can find a loop, a
+    numbered run or a counted loop, with two searches instead of two per
+    check: a loop of period ``p`` found by any of them makes the text
+    periodic from before ``t``'s probe, so that probe recurs ``p``
+    characters earlier (``long``: the check among them that looks for long
+    periods and counted loops, or -1); a numbered run needs a line end in
+    the last ``CHECK_EVERY`` characters before a check; a counted loop, the
+    long check's own screen. Text without loops passes; text that fails
+    goes check by check."""
     if s.find("\n", t - CHECK_EVERY, last) >= 0:
         return False
-    reach = MAX_PERIOD if long else SHORT_PERIOD
-    return s.rfind(s[t - PROBE : t], max(0, t - PROBE - reach), t - 1) < 0
+    reach = MAX_PERIOD if long >= 0 else SHORT_PERIOD
+    if s.rfind(s[t - PROBE : t], max(0, t - PROBE - reach), t - 1) >= 0:
+        return False
+    return long < 0 or not counted_screen(s, long)
 
 
 def loop_start(s: str, p: int, a: int) -> int:
@@ -217,21 +306,367 @@ def find_numbered(s: str, t: int) -> tuple[int, int] | None:
     return s.find("\n", first) + 1 - first, first
 
 
+#: Counted loops (module doc). Issue 18's bound: at most max(16 copies,
+#: 1000 characters) past the start of a counted loop reach the client.
+COUNTED_BOUND_COPIES: Final = 16
+COUNTED_BOUND_CHARS: Final = 1000
+#: Longest digit run read as a counter: longer ones (ids, phone numbers,
+#: timestamps in ms) are not counted, and ``int`` stays cheap on them.
+COUNTED_MAX_DIGITS: Final = 9
+#: Whole copies of canonical periodicity required. With the check spacing
+#: (``LONG_AT``) and a copy of slack, 10 + 1 copies + 265 characters stay
+#: within 16 copies for every copy over 44 characters; shorter copies
+#: reach ``COUNTED_CHARS`` first.
+COUNTED_COPIES: Final = 10
+#: Characters of canonical periodicity required (in the original text):
+#: the bound less the check spacing, a counter cut at the check, MARGIN.
+COUNTED_CHARS: Final = COUNTED_BOUND_CHARS - LONG_AT - COUNTED_MAX_DIGITS - MARGIN
+#: A unit that says something: letters in one copy per counter (a
+#: progression that moves; a number that stays is text, and ``12. Step
+#: 12`` counts once), and per digit. ``17,pending`` (7 letters), ``Day 1:
+#: Push`` / ``Day 2: Pull`` / ``Day 3: Legs`` (21 letters, 3 counters),
+#: ``N. Step N: check the pump`` / ``… gauge`` / ``… valve`` (50 letters,
+#: 3 counters) and ``2026-05-01 12:00:07 INFO heartbeat received`` (21
+#: letters, 14 digits) are enumerations, not loops; ``Step 5: Check the
+#: configuration file again.`` (34 letters) is one.
+COUNTED_LETTERS_PER_COUNTER: Final = 20
+COUNTED_LETTERS_PER_DIGIT: Final = 2
+#: Longest copy looked for, and the shortest: a number and the letters.
+COUNTED_MAX_PERIOD: Final = SHORT_PERIOD
+COUNTED_MIN_PERIOD: Final = COUNTED_LETTERS_PER_COUNTER + 1
+#: The screen's probe: characters in a row without a digit (at least this
+#: many, at most ``PROBE``), searched for within ``COUNTED_MAX_PERIOD``
+#: before them (the nearest
+#: ``COUNTED_CANDIDATES`` occurrences: a copy may repeat a phrase inside
+#: it, ``server server server``), then one copy further back within
+#: ``COUNTED_SHIFT`` characters (counters that gained or lost a digit
+#: between two copies: one per counter, up to four counters).
+COUNTED_PROBE: Final = 16
+#: How far back from a check the probe is looked for: two probes' length.
+#: A copy whose text near a check has no ``COUNTED_PROBE`` characters
+#: without a digit in this reach is looked at by the checks where it has.
+COUNTED_REACH: Final = 2 * PROBE
+COUNTED_CANDIDATES: Final = 8
+COUNTED_SHIFT: Final = 4
+#: Counted loops in a call's arguments (module doc, "In arguments"): the
+#: characters from the loop's start to the check that cuts it. A file of
+#: numbered lines is data; 32 KiB of it (at least 64 copies: a copy is at
+#: most ``COUNTED_MAX_PERIOD``) is a model that lost count of its task.
+COUNTED_ARG_CHARS: Final = 32 * 1024
+#: A counted loop found at most this far after the last check that found
+#: one continues its run for sure: the evidence alone reaches back
+#: ``COUNTED_CHARS``, past that check.
+COUNTED_RUN_GAP: Final = 2 * LONG_AT
+#: How far back a counted check reads (the loop's start for the cut, too):
+#: the tail a channel always keeps, so the verdict does not depend on how
+#: the text was chunked.
+COUNTED_WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
+_DIGIT: Final = re.compile(r"[0-9]")
+_RUN: Final = re.compile(r"[0-9]+")
+_STRETCH: Final = re.compile(f"[^0-9]{{{COUNTED_PROBE},{PROBE}}}")
+_NO_DIGITS: Final = re.compile("[^0-9]*")
+#: Runs of fewer than ``COUNTED_PROBE`` non-digits, each with the digits
+#: after it (in reversed text): linear, unlike searching for the probe.
+_SHORT_RUNS: Final = re.compile(f"(?>[^0-9]{{0,{COUNTED_PROBE - 1}}}[0-9]+)*+")
+
+
+def _probe_before(w: str, n: int) -> re.Match[str] | None:
+    """In reversed text ``w`` with a digit at ``n``: the first run of
+    ``COUNTED_PROBE`` to ``PROBE`` non-digits after it, if any."""
+    runs = _SHORT_RUNS.match(w, n)
+    return None if runs is None else _STRETCH.match(w, runs.end())
+
+
+def counted_screen(s: str, t: int) -> int:
+    """The cheap evidence of a counted loop ending at ``s[:t]``: the
+    distance one copy back, or 0. The probe is the last run of
+    ``COUNTED_PROBE`` to ``PROBE`` characters without a digit (as long as
+    it goes, between two numbers); it recurs one and two copies back, with
+    a number wherever it has one here, and the text from one occurrence to
+    the next is the same but for its numbers. In text that counts but does
+    not loop the numbers fall elsewhere in each round, so the long probe
+    recurs nowhere and a check costs a few C calls."""
+    if t < COUNTED_CHARS:
+        return 0
+    lim = t - COUNTED_WINDOW if t > COUNTED_WINDOW else 0
+    w = s[t - PROBE : t][::-1]
+    m = _NO_DIGITS.match(w)
+    n = m.end() if m else 0
+    if n >= COUNTED_PROBE:
+        ps, pe = t - n, t
+    else:
+        m = _probe_before(w, n)
+        if m is None:
+            m = _probe_before(s[t - COUNTED_REACH : t][::-1], n)
+            if m is None:
+                return 0
+        pe = t - m.start()  # ``s[pe]`` is a digit
+        ps = t - m.end()
+    probe = s[ps:pe]
+    lo = ps - COUNTED_MAX_PERIOD if ps - COUNTED_MAX_PERIOD > lim else lim
+    i = s.rfind(probe, lo, pe - COUNTED_MIN_PERIOD)
+    return 0 if i < 0 else _counted_copy(s, t, lim, ps, pe, lo, i)
+
+
+def _counted_copy(s: str, t: int, lim: int, ps: int, pe: int, lo: int, i: int) -> int:
+    """``counted_screen`` once its probe ``s[ps:pe]`` recurs at ``i``."""
+    size = pe - ps
+    probe = s[ps:pe]
+    after = pe < t  # a number follows the probe
+    before = ps > lim and s[ps - 1] in _DIGITS  # and one comes before it
+    for _ in range(COUNTED_CANDIDATES):
+        if (after and s[i + size] not in _DIGITS) or (before and s[i - 1] not in _DIGITS):
+            i = s.rfind(probe, lo, i + size - 1)
+            if i < 0:
+                return 0
+            continue  # the numbers are not where they are in this copy
+        d = ps - i
+        a = i - d - COUNTED_SHIFT
+        if a < lim:
+            return 0  # and the next candidates are farther
+        j = s.find(probe, a, i - d + COUNTED_SHIFT + size)
+        # From one occurrence to the next: a copy, with a number, the same
+        # as the copy before but for its numbers.
+        if (
+            j >= 0
+            and (after or before or _DIGIT.search(s, i, ps))
+            and _RUN.sub("0", s[i:pe]) == _RUN.sub("0", s[j : i + size])
+        ):
+            return d
+        i = s.rfind(probe, lo, i + size - 1)
+        if i < 0:
+            return 0
+    return 0
+
+
+class _Canon:
+    """``s[r0:e]`` in canonical form (each digit run one ``0``) and where
+    its runs are: canonical index, end in ``s``, value (-1: too long)."""
+
+    __slots__ = ("at", "ends", "r0", "text", "values")
+
+    def __init__(self, s: str, r0: int, e: int) -> None:
+        if r0 > 0 and s[r0 - 1] in _DIGITS:  # start after a run cut in two
+            m = _RUN.match(s, r0, e)
+            if m is not None:
+                r0 = m.end()
+        self.r0 = r0
+        parts: list[str] = []
+        self.at: list[int] = []
+        self.ends: list[int] = []
+        self.values: list[int] = []
+        prev = c = r0
+        for m in _RUN.finditer(s, r0, e):
+            a, b = m.span()
+            parts.append(s[prev:a])
+            c += a - prev
+            self.at.append(c - r0)
+            self.ends.append(b)
+            self.values.append(int(s[a:b]) if b - a <= COUNTED_MAX_DIGITS else -1)
+            parts.append("0")
+            c += 1
+            prev = b
+        parts.append(s[prev:e])
+        self.text = "".join(parts)
+
+    def raw(self, c: int) -> int:
+        """Where canonical index ``c`` is in ``s``."""
+        j = bisect_left(self.at, c)
+        return self.r0 + c if j == 0 else self.ends[j - 1] + c - self.at[j - 1] - 1
+
+    def canonical(self, x: int) -> int:
+        """The last canonical index at or before ``s[x]``."""
+        j = bisect_right(self.ends, x)
+        c = x - self.r0 if j == 0 else self.at[j - 1] + 1 + x - self.ends[j - 1]
+        return min(c, self.at[j]) if j < len(self.at) else c
+
+
+def _steps(values: list[int], k: int, n: int) -> list[int] | None:
+    """The step of each of ``k`` numbers over ``n`` copies (``values``
+    copy by copy), if each is an arithmetic progression."""
+    if -1 in values:
+        return None
+    steps = []
+    for col in range(k):
+        v = values[col::k]
+        step = v[1] - v[0]
+        if (v != list(range(v[0], v[0] + step * n, step))) if step else v.count(v[0]) != n:
+            return None
+        steps.append(step)
+    return steps
+
+
+def _canonical_period(cf: _Canon, e: int) -> tuple[int, int] | None:
+    """The shortest canonical period of ``cf`` and where the evidence it
+    needs starts (-1: before ``cf``'s text, which is periodic so far)."""
+    c = cf.text
+    n_c = len(c)
+    if n_c < PROBE + COUNTED_MIN_PERIOD:
+        return None
+    probe = c[n_c - PROBE :]
+    lo = max(0, n_c - PROBE - COUNTED_MAX_PERIOD)
+    end = n_c - 1
+    for _ in range(MAX_CANDIDATES):
+        i = c.rfind(probe, lo, end)
+        if i < 0:
+            return None
+        q = n_c - PROBE - i
+        a = min(n_c - COUNTED_COPIES * q, cf.canonical(e - COUNTED_CHARS))
+        if c.startswith(c[max(a, 0) + q :], max(a, 0)):
+            return q, max(a, -1)
+        end = i + PROBE - 1
+    return None
+
+
+def find_counted(s: str, t: int, d: int, extend: bool = True) -> tuple[int, int] | None:
+    """A counted loop ending at ``s[:t]`` whose screen found the distance
+    ``d``: ``(length of its last copy, end of its first copy)``, or None.
+    The shortest canonical period decides; a number cut by the check is
+    left out. Without ``extend``, the first copy is the first of the
+    evidence (the loop is not followed back to where it began: a run in
+    arguments that the last check found already has its start)."""
+    lim = max(0, t - COUNTED_WINDOW)
+    e = t
+    while e > lim and s[e - 1] in _DIGITS:
+        e -= 1
+    # The text of eleven copies of ``d`` is canonicalised; if the period is
+    # longer (``d`` was a repeat inside a copy), once more for that copy.
+    reach = max((COUNTED_COPIES + 1) * (d + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
+    for _ in range(2):
+        cf = _Canon(s, max(lim, e - reach), e)
+        found = _canonical_period(cf, e)
+        if found is None:
+            return None
+        q, a = found
+        if a >= 0:
+            break
+        if e - reach <= lim:
+            return None
+        copy = e - cf.raw(len(cf.text) - q)
+        reach = max((COUNTED_COPIES + 1) * (copy + COUNTED_SHIFT), COUNTED_CHARS) + 2 * PROBE
+    else:
+        return None
+    c = cf.text
+    n_c = len(c)
+    k = len(cf.at) - bisect_left(cf.at, n_c - q)  # numbers in a copy
+    if k == 0:
+        return None
+    n = (n_c - a) // q
+    steps = _steps(cf.values[len(cf.values) - n * k :], k, n)
+    if steps is None:
+        return None
+    # Counters: the numbers that move, one per progression (``12. Step 12``
+    # is one count written twice).
+    first_copy = cf.values[len(cf.values) - n * k :][:k]
+    counters = len({(v, step) for v, step in zip(first_copy, steps, strict=True) if step})
+    letters = sum(map(str.isalpha, c[n_c - q :]))
+    digits = e - cf.raw(n_c - q) - q + k
+    if not counters or letters < max(
+        COUNTED_LETTERS_PER_COUNTER * counters, COUNTED_LETTERS_PER_DIGIT * digits
+    ):
+        return None
+    if not extend:
+        return e - cf.raw(n_c - q), cf.raw(n_c - (n - 1) * q)
+    # A loop: where it began, to keep the text before it and one copy.
+    cf = _Canon(s, lim, e)
+    c = cf.text
+    n_c = len(c)
+    values = cf.values
+    first = n_c - n * q  # the earliest whole copy known to count
+    j = len(values) - n * k  # its first number
+    while (
+        first >= q
+        and j >= k
+        and c.startswith(c[first : first + q], first - q)
+        and all(values[j - k + x] == values[j + x] - steps[x] for x in range(k))
+    ):
+        first -= q
+        j -= k
+    x = k  # counters of the copy before ``first``, from its last
+    while first > 0 and c[first - 1] == c[first - 1 + q]:
+        if c[first - 1] == "0":  # a number: it must count too
+            x -= 1
+            if x < 0 or j - k + x < 0 or values[j - k + x] != values[j + x] - steps[x]:
+                break
+        first -= 1
+    return e - cf.raw(n_c - q), cf.raw(first + q)
+
+
+#: A loop found: its period (for a counted loop, the length of its last
+#: copy), how much of the text that completed it to keep, whether counted.
+Hit = tuple[int, int, bool]
+
+
+def _always(pending: str) -> bool:
+    """``_Channel.in_call`` of a call's arguments: all of it is argument."""
+    return True
+
+
 class _Channel:
     """One watched text stream: a bounded tail and the text since."""
 
-    __slots__ = ("base", "new", "next_check", "tail", "total")
+    __slots__ = (
+        "base",
+        "in_call",
+        "new",
+        "next_check",
+        "run_from",
+        "run_seen",
+        "synced",
+        "tail",
+        "total",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, in_call: Callable[[str], bool] | None = None) -> None:
         self.tail = ""  # text from absolute position ``base``
         self.base = 0
         self.new: list[str] = []  # pieces after the tail
         self.total = 0  # characters seen
         self.next_check = CHECK_EVERY  # absolute position of the next check
+        #: Whether a counted loop found here is in a call's arguments, asked
+        #: with the text of this feed (or run) before the loop, which the
+        #: detector has not seen yet: ``_always`` for arguments, the detector's
+        #: ``holds_call`` for content, None for prose only (module doc).
+        self.in_call = in_call
+        #: A counted loop in arguments: the absolute position where it
+        #: started and of the last check that found it (-1: none yet).
+        self.run_from = -1
+        self.run_seen = -1
+        #: In a run of texts (``_take_run``), the position the detector has
+        #: seen up to: the run's start, also while its texts go one by one
+        #: (the detector gets them after us). -1: the start of each feed.
+        self.synced = -1
 
-    def feed(self, text: str, undo_on_hit: bool = False) -> tuple[int, int] | None:
+    def _counted_cut(self, s: str, first: int, p: int, t_abs: int, start: int) -> bool:
+        """A counted loop is found at the check ``t_abs``, the end of its
+        first copy (of length about ``p``) at ``s[first]``: whether to cut.
+        In prose at once; in a call's arguments when the run it continues
+        is ``COUNTED_ARG_CHARS`` long. A loop found by one check continues
+        the run of the last if its first two copies end before that check
+        (the window read back is far longer than the checks' spacing, and
+        the evidence of a run that goes on reaches ten copies or 727
+        characters back); a loop that starts where another ended begins
+        less than a copy before the last check that saw the other."""
+        in_call = self.in_call
+        if in_call is None:
+            return True
+        base = self.base
+        at = base + first - p  # where the loop starts, give or take a digit
+        if self.synced >= 0:
+            start = self.synced  # the text of the run before this feed, too
+        pending = s[start - base : first - p] if at > start else ""
+        if in_call is not _always and not in_call(pending):
+            return True  # prose
+        if self.run_from < 0 or at + 2 * p > self.run_seen:
+            self.run_from = at  # a new run
+        elif at < self.run_from:
+            self.run_from = at
+        self.run_seen = t_abs
+        return t_abs - self.run_from >= COUNTED_ARG_CHARS
+
+    def feed(self, text: str, undo_on_hit: bool = False) -> Hit | None:
         """Append ``text``; on a loop, ``(period, characters of text to
-        keep)``, and with ``undo_on_hit`` the channel as it was before
+        keep, counted)``, and with ``undo_on_hit`` the channel as it was before
         (``RepetitionCutter.feed_texts``: no copy of the state is made
         beforehand, which would keep a second reference to the tail and
         make the append below copy it)."""
@@ -246,7 +681,7 @@ class _Channel:
         s += "".join(self.new)
         self.new.clear()
         base = self.base
-        found: tuple[int, int] | None = None
+        found: Hit | None = None
         first_check = t_abs = self.next_check
         total = self.total
         screened = 0  # checks before this one were screened together
@@ -256,11 +691,14 @@ class _Channel:
                 # Several checks due (a run of texts): one screen for up
                 # to ``SCREEN_REACH`` characters of them.
                 last = t_abs + min(total - t_abs, SCREEN_REACH) // CHECK_EVERY * CHECK_EVERY
-                if quiet(s, t, last - base, last // LONG_AT * LONG_AT >= t_abs):
+                long = last // LONG_AT * LONG_AT
+                if quiet(s, t, last - base, long - base if long >= t_abs else -1):
                     t_abs = last + CHECK_EVERY
                     continue
                 screened = last + CHECK_EVERY  # not quiet: each check of them
-            hit = find_loop(s, t, t_abs % LONG_AT == 0)
+            long = t_abs % LONG_AT == 0
+            counted = False
+            hit = find_loop(s, t, long)
             if hit is not None:
                 p, a = hit
                 first = loop_start(s, p, a) + p  # end of the first copy
@@ -268,8 +706,20 @@ class _Channel:
                 hit = find_numbered(s, t)
                 if hit is not None:
                     p, first = hit[0], hit[1] + hit[0]
+                elif long:
+                    d = counted_screen(s, t)
+                    if d:
+                        # A run in arguments that the last checks found goes
+                        # on: its start is known, the evidence is enough.
+                        seen = self.run_seen
+                        hit = find_counted(s, t, d, seen < 0 or t_abs - seen > COUNTED_RUN_GAP)
+                        if hit is not None:
+                            p, first = hit
+                            counted = True
+                            if not self._counted_cut(s, first, p, t_abs, start):
+                                hit = None
             if hit is not None:
-                found = (p, max(0, min(len(text), base + first - start)))
+                found = (p, max(0, min(len(text), base + first - start)), counted)
                 if undo_on_hit:
                     # ``s`` is the old tail, the old pieces, then ``text``
                     self.tail = s[:held]
@@ -291,14 +741,20 @@ class _Channel:
 
 def _take_run(ch: _Channel, feed_one: Callable[[str], bool], texts: list[str], joined: str) -> int:
     """A lane's run of ``texts`` into channel ``ch`` at once; if that finds
-    a loop, the channel as it was, and the texts one by one (``feed_one``)."""
-    if ch.feed(joined, undo_on_hit=True) is None:
-        return len(texts)
-    return take_each(feed_one, texts)
+    a loop, the channel as it was, and the texts one by one (``feed_one``).
+    The steps after us see the run after we have taken it: ``synced``."""
+    ch.synced = ch.total
+    try:
+        if ch.feed(joined, undo_on_hit=True) is None:
+            return len(texts)
+        return take_each(feed_one, texts)
+    finally:
+        ch.synced = -1
 
 
 class RepetitionCutter:
-    """Cuts exact loops in content, reasoning and arguments (module doc)."""
+    """Cuts exact and counted loops in content, reasoning and arguments
+    (module doc)."""
 
     __slots__ = ("_args", "_content", "_lane_hit", "_reasoning", "ctx")
 
@@ -308,7 +764,14 @@ class RepetitionCutter:
         self._reasoning = _Channel()
         self._args: dict[int, _Channel] = {}
         #: A loop found on the plain-text lane, for the ``feed`` that follows.
-        self._lane_hit: tuple[str, tuple[int, int]] | None = None
+        self._lane_hit: tuple[str, Hit] | None = None
+
+    def watch_calls(self, holds_call: Callable[[str], bool]) -> None:
+        """Content may hold calls written as text: ``holds_call(pending)``
+        (the tool-tag detector's, which runs after us) tells whether the
+        text it has seen, then ``pending``, leaves it inside a call. A
+        counted loop there is in a call's arguments (module doc)."""
+        self._content.in_call = holds_call
 
     def feed_text(self, text: str) -> bool:
         """The plain-text lane (``delta.TextLane``): True unless ``text``
@@ -358,34 +821,36 @@ class RepetitionCutter:
             hit = lane[1] if lane is not None and r is lane[0] else self._reasoning.feed(r)
             if hit is not None:
                 d.reasoning = r[: hit[1]]
-                return self._cut(d, hit[0])
+                return self._cut(d, hit)
         c = d.content
         if lane is not None and c is lane[0]:
             d.content = c[: lane[1][1]]
-            return self._cut(d, lane[1][0])
+            return self._cut(d, lane[1])
         if c:
             hit = self._content.feed(c)
             if hit is not None:
                 d.content = c[: hit[1]]
-                return self._cut(d, hit[0])
+                return self._cut(d, hit)
         pieces = d.arg_text
         if pieces:
             args = self._args
             for key, text in pieces:
                 ch = args.get(key)
                 if ch is None:
-                    ch = args[key] = _Channel()
+                    ch = args[key] = _Channel(_always)
                 hit = ch.feed(text)
                 if hit is not None:
                     # The accumulator is abandoned on stop: no call is emitted.
-                    return self._cut(d, hit[0])
+                    return self._cut(d, hit)
         return None
 
     def close(self, d: Delta) -> None:
         self.feed(d)
 
-    def _cut(self, d: Delta, period: int) -> None:
-        ext: dict[str, Any] = {"cut": "repetition", "period": period}
+    def _cut(self, d: Delta, hit: Hit) -> None:
+        ext: dict[str, Any] = {"cut": "repetition", "period": hit[0]}
+        if hit[2]:
+            ext["counted"] = True
         d.stop = True
         d.finish_reason = "length"
         d.ext = ext
