@@ -563,3 +563,23 @@ async def test_sighup_reloads_under_load_with_no_errors(tmp_path: Path) -> None:
         assert got.content == "".join(pieces)
     assert b"new table" in after and b"new table" in after_broken
     assert b"reload refused" in err
+
+
+def test_an_app_with_a_source_starts_outside_the_main_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Signal handlers exist only in the main thread: an app run in a
+    thread (``streamfix.local.AppThread``) starts all the same, says that
+    SIGHUP will not reload there, and ``Proxy.reload`` still works."""
+    from streamfix.local import AppThread
+
+    path = tmp_path / "streamfix.toml"
+    write_config(path, "http://127.0.0.1:9/v1|m|fast")
+    source = lambda: build_config({}, {}, str(path))  # noqa: E731
+    app = create_app(source(), source)
+    with AppThread(app) as thread:
+        assert thread.base_url
+        write_config(path, "http://127.0.0.1:9/v1|m|fast", "http://127.0.0.1:9/v1|m2|strong")
+        assert app[PROXY].reload()
+    assert "SIGHUP will not reload the configuration here" in caplog.text
+    assert app[PROXY].table.named.keys() == {("chat", "fast"), ("chat", "strong")}

@@ -110,6 +110,9 @@ class Proxy:
         self._slots = asyncio.Semaphore(config.pool_limit)
         self._probe_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        #: The loop the app runs on (``lifecycle``): a reload may come from
+        #: another thread, its probes are started there.
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Tool-name sets whose detector matcher was built (at most as many
         #: as the detector caches): those skip the thread.
         self._matchers_built: set[tuple[str, ...]] = set()
@@ -121,10 +124,25 @@ class Proxy:
         assert self._client is not None, "the app is not running"
         return self._client
 
+    def _listen_for_reload(self) -> int | None:
+        """SIGHUP reloads the table, where this process can have it: a
+        configuration source, a platform with SIGHUP, the main thread."""
+        hup = getattr(signal, "SIGHUP", None)
+        if self.source is None or hup is None:
+            return None
+        try:
+            asyncio.get_running_loop().add_signal_handler(hup, self.reload)
+        except (ValueError, RuntimeError, NotImplementedError) as exc:
+            log.warning("SIGHUP will not reload the configuration here: %s", exc)
+            return None
+        return int(hup)
+
     async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
         # headroom over the request slots for the probes and /v1/models
         limit = self.cfg.pool_limit + PROBE_CONNECTIONS * len(self.table.upstreams)
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+        hup: int | None = None
+        self._loop = asyncio.get_running_loop()
         self._client = aiohttp.ClientSession(
             connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
         )
@@ -133,12 +151,13 @@ class Proxy:
                 await asyncio.wait_for(self.probe_all(), PROBE_STARTUP_WAIT)
             if self.cfg.probe_interval > 0:
                 self._probe_task = asyncio.create_task(self._probe_loop())
-            if self.source is not None:
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+            hup = self._listen_for_reload()
             yield
         finally:
-            if self.source is not None:
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if hup is not None:
+                asyncio.get_running_loop().remove_signal_handler(hup)
+            for task in list(self._background):  # probes of rows a reload added
+                task.cancel()
             if self._probe_task is not None:
                 self._probe_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -184,7 +203,8 @@ class Proxy:
     def reload(self) -> bool:
         """Read the configuration again (``source``) and swap in its table
         for new requests; False (the old table stays) when it does not
-        load. Rows new to the table are probed in the background."""
+        load. Rows new to the table are probed in the background. Safe to
+        call from any thread (the swap is one assignment)."""
         if self.source is None:
             log.warning("reload: this proxy was not started from a configuration source")
             return False
@@ -207,11 +227,17 @@ class Proxy:
         log.info(
             "reloaded: %d upstream row(s), %d tenant(s)", len(table.upstreams), len(cfg.tenants)
         )
-        if self._client is not None and not self._client.closed:
-            task = asyncio.get_running_loop().create_task(self.probe_all(only_new=True))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():  # may be called from another thread
+            loop.call_soon_threadsafe(self._probe_new_rows)
         return True
+
+    def _probe_new_rows(self) -> None:
+        if self._client is None or self._client.closed:
+            return
+        task = asyncio.get_running_loop().create_task(self.probe_all(only_new=True))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _probe_loop(self) -> None:
         while True:
