@@ -127,6 +127,10 @@ def _run(
     logging.basicConfig(
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if source is not None and hasattr(signal, "SIGHUP"):
+        # until the app listens for it (Proxy.lifecycle), a reload must not
+        # end the process, SIGHUP's default
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     web.run_app(
         create_app(cfg, source),
         host=cfg.host,
