@@ -100,6 +100,29 @@ def test_upstream_options_in_url() -> None:
     assert "sk-x" not in repr(u) and "pw" not in u.name  # keys never printed
 
 
+def test_upstream_model_name_and_kind_in_url() -> None:
+    u = parse_upstream("http://h:8000/v1#model=Qwen/Qwen3-8B,name=fast,kind=embedding,weight=3")
+    assert (u.model, u.public, u.served, u.kind, u.weight) == (
+        "Qwen/Qwen3-8B",
+        "fast",
+        "fast",
+        "embedding",
+        3.0,
+    )
+    plain = parse_upstream("http://h:8000/v1")
+    assert (plain.model, plain.served, plain.kind) == (None, None, "chat")  # a catch-all row
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        parse_upstream("http://h:8000/v1#model=m,kind=image")
+
+
+def test_protect_status_is_a_switch() -> None:
+    assert config(["--upstream", "http://h:1/v1", "--protect-status"], {}).protect_status
+    assert not config(["--upstream", "http://h:1/v1"], {}).protect_status
+    assert config(
+        ["--upstream", "http://h:1/v1"], {"STREAMFIX_PROTECT_STATUS": "true"}
+    ).protect_status
+
+
 @pytest.mark.parametrize(
     "argv",
     [
