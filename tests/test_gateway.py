@@ -343,6 +343,10 @@ async def test_a_tenant_reaches_lists_and_learns_only_its_own_models() -> None:
         _, listed = await call(px, "/v1/models", key="sk-team-a", method="GET")
         card, _ = await call(px, "/v1/models/strong", key="sk-team-a", method="GET")
         operator, op_list = await call(px, "/v1/models", key="sk-operator", method="GET")
+        door_body = {"model": "strong", "max_tokens": 8, "messages": MESSAGES}
+        door, door_err = await call(px, "/v1/messages", door_body, "sk-team-a")
+        counted, _ = await call(px, "/v1/messages/count_tokens", door_body, "sk-team-a")
+        embed, _ = await call(px, "/v1/embeddings", {"model": "strong", "input": "x"}, "sk-team-a")
         nokey, _ = await call(px, "/v1/chat/completions", chat_body("fast"))
         _, metrics = await call(px, "/metrics", method="GET")
     assert ok == 200 and by_alias == by_model == unknown == card == 404
@@ -358,6 +362,8 @@ async def test_a_tenant_reaches_lists_and_learns_only_its_own_models() -> None:
         "fast",
         "strong",
     }
+    assert door == counted == embed == 404
+    assert orjson.loads(door_err)["error"]["message"] == error_of(alias_err)["message"]
     assert nokey == 401
     assert served(b) == []
     text = metrics.decode()
