@@ -100,8 +100,12 @@ class RecordingRelay:
 
     def chats_since(self, mark: int, wait: bool = True) -> list[Exchange]:
         """The chat-completion exchanges after ``mark`` (probes left out)."""
+        return self.since(mark, "/chat/completions", wait)
+
+    def since(self, mark: int, path_end: str, wait: bool = True) -> list[Exchange]:
+        """The exchanges after ``mark`` whose path ends with ``path_end``."""
         with self._lock:
-            found = [e for e in self.exchanges[mark:] if e.path.endswith("/chat/completions")]
+            found = [e for e in self.exchanges[mark:] if e.path.endswith(path_end)]
         if wait:
             for e in found:
                 e.wait()

@@ -392,3 +392,25 @@ def test_overflow_straight_to_the_server(http: httpx.Client, llama: LocalServer)
         for _ in range(3):
             got = stream_assembled(http, proxy.base_url, OVERFLOW)
             assert not got.errors and got.content
+
+
+# -- text completions ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_text_completions_pass_through_the_real_server(
+    http: httpx.Client, proxy: AppThread, relay: RecordingRelay, stream: bool
+) -> None:
+    """``POST /v1/completions`` reaches llama.cpp's server and its reply
+    comes back as the server sent it (no loop in it: nothing to cut)."""
+    body = {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 16,
+            "temperature": 0, "stream": stream}  # fmt: skip
+    mark = relay.mark()
+    resp = http.post(f"{proxy.base_url}/completions", json=body)
+    (ex,) = relay.since(mark, "/v1/completions")
+    assert resp.status_code == 200 and ex.status == 200
+    assert resp.content == bytes(ex.response)
+    if stream:
+        assert resp.content.endswith(b"data: [DONE]\n\n")
+    else:
+        assert resp.json()["choices"][0]["text"]
