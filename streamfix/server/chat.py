@@ -141,16 +141,9 @@ async def _chat_once_within(
         try:
             raw = await read_reply(resp)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-            proxy.upstream_error(up, kind)
-            status = 504 if kind == "timeout" else 502
-            proxy.count(att.endpoint, False, status, *att.labels)
-            return json_error(
-                status,
-                f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
-                "upstream_error",
-                kind,
-            )
+            failed = proxy.reply_failed(up, exc)
+            proxy.count(att.endpoint, False, failed.status, *att.labels)
+            return failed
         finally:
             resp.close()
         if resp.status != 200:
@@ -274,13 +267,7 @@ async def _chat_stream_within(
                 try:
                     raw = await read_reply(resp)
                 except (TimeoutError, aiohttp.ClientError) as exc:
-                    proxy.upstream_error(up, "died_midstream")
-                    return json_error(
-                        502,
-                        f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
-                        "upstream_error",
-                        "died_midstream",
-                    )
+                    return proxy.reply_failed(up, exc)
                 return await _json_as_stream(proxy, up, raw, client, client_body)
             # before prepare: fails as a 500
             session = SSESession(client_body, **chain_options(up))

@@ -113,10 +113,7 @@ async def _whole(
     try:
         raw = await read_reply(resp)
     except (TimeoutError, aiohttp.ClientError) as exc:
-        proxy.upstream_error(up, "died_midstream")
-        return json_error(
-            502, f"upstream {up.name} failed mid-reply: {type(exc).__name__}", "upstream_error"
-        )
+        return proxy.reply_failed(up, exc)
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -61,10 +61,7 @@ async def _relay(
     try:
         raw = await read_reply(resp)
     except (TimeoutError, aiohttp.ClientError) as exc:
-        proxy.upstream_error(up, "died_midstream")
-        return json_error(
-            502, f"upstream {up.name} failed mid-reply: {type(exc).__name__}", "upstream_error"
-        )
+        return proxy.reply_failed(up, exc)
     finally:
         resp.close()
     if resp.status != 200:

@@ -39,6 +39,7 @@ from .attempts import AskAgain, count_trim
 from .budget import BudgetPolicy, clamp_request, engine_fields, fit_prompt, probe_upstream
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
+from .replies import json_error
 from .table import NO_TENANT, TABLE, Table
 from .upstreams import Upstream, forward_headers, send
 
@@ -314,6 +315,18 @@ class Proxy:
         self.upstream_error(up, kind)
         error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
         return error, session.fail(UpstreamProtocolError(error))
+
+    def reply_failed(self, up: Upstream, exc: Exception) -> web.Response:
+        """A whole reply that could not be read (the connection died or
+        went silent): counted, and the 502 (504 for a timeout) to answer."""
+        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+        self.upstream_error(up, kind)
+        return json_error(
+            504 if kind == "timeout" else 502,
+            f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+            "upstream_error",
+            kind,
+        )
 
     def count_report(self, report: Report) -> None:
         self.metrics.count_report(report.counts)
