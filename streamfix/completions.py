@@ -30,7 +30,7 @@ from .context import Context, Report
 from .delta import Delta
 from .errors import UpstreamProtocolError
 from .session import failure_event
-from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_data
+from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_data, end_last_event
 from .transforms.repetition import RepetitionCutter
 
 #: Choice indices watched per reply (OpenAI allows ``n`` up to 128; a
@@ -285,13 +285,7 @@ class CompletionSession:
         (the I/O layer decides what a truncated stream means)."""
         if self.finished:
             return b""
-        events = self._decoder.close()
-        if events and not events[-1].raw.endswith(b"\n\n"):
-            # The last event had no blank line after it: a client would
-            # drop it (WHATWG), and later bytes would merge into it.
-            body = events[-1].raw.rstrip(b"\r\n")
-            events[-1].raw = body + b"\n\n" if body else b""
-        out = self._events(events)
+        out = self._events(end_last_event(self._decoder.close()))
         return out if self.finished else out + self._flush()
 
     def fail(self, exc: Exception) -> bytes:

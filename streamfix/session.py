@@ -15,7 +15,15 @@ from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
 from .chunks import CONTENT, ChoiceView, ChunkView, _decode, decode_view, plain_text
 from .context import Context, Report
 from .errors import UpstreamProtocolError
-from .sse import DONE, DONE_EVENT, SSEDecoder, SSEEvent, encode_comment, encode_data
+from .sse import (
+    DONE,
+    DONE_EVENT,
+    SSEDecoder,
+    SSEEvent,
+    encode_comment,
+    encode_data,
+    end_last_event,
+)
 
 
 def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
@@ -536,15 +544,7 @@ class SSESession:
         stream means)."""
         if self.finished:
             return b""
-        events = self._decoder.close()
-        if events and not events[-1].raw.endswith(b"\n\n"):
-            # The upstream's last event had no blank line after it. Passed
-            # on as is, a client drops it (WHATWG: an unfinished event at
-            # end of stream is discarded), and bytes sent after it (held
-            # text, an error event) would merge into it: end it properly.
-            body = events[-1].raw.rstrip(b"\r\n")
-            events[-1].raw = body + b"\n\n" if body else b""
-        out = self._events(events)
+        out = self._events(end_last_event(self._decoder.close()))
         if not self.finished:
             out += self._encode(self.chain.close(), b"")
         return out

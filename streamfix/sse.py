@@ -246,3 +246,15 @@ def encode_comment(text: str = "") -> bytes:
 
 
 DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def end_last_event(events: list[SSEEvent]) -> list[SSEEvent]:
+    """``events`` (a decoder's ``close``) with the last one ended by a
+    blank line. An upstream's last event without one, passed on as is, is
+    dropped by a client (WHATWG: an unfinished event at end of stream is
+    discarded), and bytes sent after it (held text, an error event) would
+    merge into it."""
+    if events and not events[-1].raw.endswith(b"\n\n"):
+        body = events[-1].raw.rstrip(b"\r\n")
+        events[-1].raw = body + b"\n\n" if body else b""
+    return events
