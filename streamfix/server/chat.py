@@ -37,7 +37,6 @@ the upstream dies or times out (an error event goes to the client).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -49,7 +48,7 @@ from multidict import CIMultiDict
 
 from ..chain import Chain
 from ..context import Context, tools_of
-from ..errors import RequestError, UpstreamProtocolError
+from ..errors import UpstreamProtocolError
 from ..session import SSESession, error_event
 from ..wire import Door
 from . import record
@@ -65,7 +64,7 @@ from .replies import (
     read_reply,
     relay_error,
 )
-from .table import tenant_label, tenant_of
+from .table import tenant_label
 from .upstreams import ERROR_BODY_BYTES, ReadWatch, Upstream, UpstreamFailure, response_headers
 from .validate import read_request, validate_chat
 
@@ -85,12 +84,7 @@ async def serve_chat(
     reply is encoded by ``door``."""
     stream = body.get("stream") is True
     endpoint = "chat" if door is None else door.endpoint
-    tenant = tenant_label(request)
-    try:
-        route = table_of(request).route("chat", body.get("model"), tenant_of(request))
-    except RequestError as exc:
-        proxy.count(endpoint, stream, exc.status, tenant)
-        raise
+    route = proxy.route(request, "chat", body.get("model"), endpoint, stream)
     soft = proxy.cfg.required == "soft" and bool(body.get("tools"))
     name = named_tool(body) if soft else None
     if name is not None:
@@ -103,7 +97,8 @@ async def serve_chat(
     tools = tools_of(body)
     if tools:
         await proxy.build_matcher(tools)
-    att = Attempt(up_body, soft, stream, door, route.rows, (tenant, route.model), name is not None)
+    labels = (tenant_label(request), route.model)
+    att = Attempt(up_body, soft, stream, door, route.rows, labels, name is not None)
     async with proxy.slot():
         if stream:
             return await _chat_stream(proxy, request, body, att)
@@ -113,15 +108,10 @@ async def serve_chat(
 async def _chat_once(
     proxy: Proxy, request: web.Request, client_body: dict[str, Any], att: Attempt
 ) -> web.StreamResponse:
-    deadline = proxy.deadline()
-    try:
-        async with deadline:
-            return await _chat_once_within(proxy, request, client_body, att)
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        proxy.count(att.endpoint, False, 504, *att.labels)
-        return json_error(504, proxy.timeout_message, "timeout", "request_timeout")
+    return await proxy.answer(
+        _chat_once_within(proxy, request, client_body, att),
+        lambda status: proxy.count(att.endpoint, False, status, *att.labels),
+    )
 
 
 async def _chat_once_within(
@@ -135,21 +125,17 @@ async def _chat_once_within(
                 "POST", "/chat/completions", request, proxy.body_fn(base, sent), att.rows
             )
         except UpstreamFailure as f:
-            proxy.count(att.endpoint, False, f.status, *att.labels)
             return failure_response(f)
         proxy.record_attempt(up, sent, resp)
         try:
             raw = await read_reply(resp)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            failed = proxy.reply_failed(up, exc)
-            proxy.count(att.endpoint, False, failed.status, *att.labels)
-            return failed
+            return proxy.reply_failed(up, exc)
         finally:
             resp.close()
         if resp.status != 200:
             if resp.status == 400 and proxy.ask.context_exceeded(up, att, raw):
                 continue
-            proxy.count(att.endpoint, False, resp.status, *att.labels)
             return relay_error(
                 resp.status, raw, response_headers(resp.headers), resp.content_type, up.name
             )
@@ -159,7 +145,6 @@ async def _chat_once_within(
             obj = None
         if not isinstance(obj, dict):
             proxy.upstream_error(up, "protocol")
-            proxy.count(att.endpoint, False, 502, *att.labels)
             return json_error(
                 502,
                 f"upstream {up.name} sent a reply that is not a JSON object",
@@ -178,7 +163,6 @@ async def _chat_once_within(
             proxy.ask.next_body(att, reason, sent)
             continue
         proxy.ask.settle(att, calls_in(fixed))
-        proxy.count(att.endpoint, False, 200, *att.labels)
         reply = fixed if att.door is None else att.door.reply(fixed)
         out = web.Response(body=orjson.dumps(reply), headers=response_headers(resp.headers))
         out.content_type = "application/json"
@@ -194,31 +178,11 @@ async def _chat_stream(
         att.door.encoder() if att.door else None,
         table.redact if table.secrets else None,
     )
-    status = 200
-    deadline = proxy.deadline()
-    try:
-        async with deadline:
-            out = await _chat_stream_within(proxy, request, client_body, att, client)
-        status = out.status  # a 200 stream, or an error answered before it began
-        return out
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        if not client.prepared:
-            status = 504
-            return json_error(504, proxy.timeout_message, "timeout", "request_timeout")
-        with contextlib.suppress(ClientGone):
-            await client.commit()
-            await client.write(error_event(proxy.timeout_message, "timeout", "request_timeout"))
-        return client.response
-    except ClientGone:
-        status = 499  # nginx's "client closed request"
-        return client.resp or web.Response(status=499)
-    except asyncio.CancelledError:
-        status = 499
-        raise
-    finally:
-        proxy.count(att.endpoint, True, status, *att.labels)
+    return await proxy.answer(
+        _chat_stream_within(proxy, request, client_body, att, client),
+        lambda status: proxy.count(att.endpoint, True, status, *att.labels),
+        client,
+    )
 
 
 async def _chat_stream_within(
@@ -329,8 +293,6 @@ async def _pump(
     perf = time.perf_counter
     soft = att.soft
     got_data = False
-    tail = b""
-    error: str | None = None
     watch = ReadWatch(resp, proxy.cfg.read_timeout)
     try:
         async for data in record.reads(BodyReads(resp.content)):

@@ -9,7 +9,6 @@ again: a chunk goes to the client as soon as it is read.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -18,14 +17,13 @@ import orjson
 from aiohttp import web
 
 from ..completions import CompletionSession
-from ..errors import RequestError, UpstreamProtocolError
-from ..session import error_event
+from ..errors import UpstreamProtocolError
 from ..sse import DONE_EVENT, encode_data
 from .body import BodyReads
 from .client import ClientGone, ClientStream
 from .proxy import PROXY, Proxy, table_of, with_model
 from .replies import failure_response, json_error, read_reply, relay_error
-from .table import tenant_label, tenant_of
+from .table import tenant_label
 from .upstreams import ERROR_BODY_BYTES, ReadWatch, Upstream, UpstreamFailure, response_headers
 from .validate import read_request, validate_completion
 
@@ -36,39 +34,16 @@ async def completions(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY]
     body = await read_request(proxy, request, ENDPOINT, validate_completion)
     stream = body.get("stream") is True
-    tenant = tenant_label(request)
-    try:
-        route = table_of(request).route("chat", body.get("model"), tenant_of(request))
-    except RequestError as exc:
-        proxy.count(ENDPOINT, stream, exc.status, tenant)
-        raise
+    route = proxy.route(request, "chat", body.get("model"), ENDPOINT, stream)
+    labels = (tenant_label(request), route.model)
     table = table_of(request)
     client = ClientStream(request, None, table.redact if table.secrets else None)
-    status = 200
-    deadline = proxy.deadline()
-    try:
-        async with proxy.slot():
-            try:
-                async with deadline:
-                    out = await _serve(proxy, request, body, route.rows, client)
-                status = out.status
-                return out
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                if not client.prepared:
-                    status = 504
-                    return json_error(504, proxy.timeout_message, "timeout", "request_timeout")
-                await client.write(error_event(proxy.timeout_message, "timeout", "request_timeout"))
-                return client.response
-    except ClientGone:
-        status = 499
-        return client.resp or web.Response(status=499)
-    except asyncio.CancelledError:
-        status = 499
-        raise
-    finally:
-        proxy.count(ENDPOINT, stream, status, tenant, route.model)
+    async with proxy.slot():
+        return await proxy.answer(
+            _serve(proxy, request, body, route.rows, client),
+            lambda status: proxy.count(ENDPOINT, stream, status, *labels),
+            client if stream else None,
+        )
 
 
 async def _serve(

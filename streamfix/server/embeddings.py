@@ -11,10 +11,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from ..errors import RequestError
-from .proxy import PROXY, table_of, with_model
-from .replies import failure_response, json_error, read_reply, relay_error
-from .table import tenant_label, tenant_of
+from .proxy import PROXY, with_model
+from .replies import failure_response, read_reply, relay_error
+from .table import tenant_label
 from .upstreams import Upstream, UpstreamFailure, response_headers
 from .validate import read_request, validate_embeddings
 
@@ -24,24 +23,13 @@ ENDPOINT = "embeddings"
 async def embeddings(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY]
     body = await read_request(proxy, request, ENDPOINT, validate_embeddings)
-    tenant = tenant_label(request)
-    try:
-        route = table_of(request).route("embedding", body.get("model"), tenant_of(request))
-    except RequestError as exc:
-        proxy.count(ENDPOINT, False, exc.status, tenant)
-        raise
-    labels = (tenant, route.model)
+    route = proxy.route(request, "embedding", body.get("model"), ENDPOINT, False)
+    labels = (tenant_label(request), route.model)
     async with proxy.slot():
-        deadline = proxy.deadline()
-        try:
-            async with deadline:
-                out = await _relay(request, body, route.rows)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            out = json_error(504, proxy.timeout_message, "timeout", "request_timeout")
-    proxy.count(ENDPOINT, False, out.status, *labels)
-    return out
+        return await proxy.answer(
+            _relay(request, body, route.rows),
+            lambda status: proxy.count(ENDPOINT, False, status, *labels),
+        )
 
 
 async def _relay(

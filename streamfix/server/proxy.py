@@ -32,15 +32,17 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..context import UNOPENED_HOLD, Report, ToolSpec
-from ..errors import UpstreamProtocolError
+from ..errors import RequestError, UpstreamProtocolError
+from ..session import error_event
 from ..transforms.detect import MATCHER_CACHE, matcher_for
 from . import record
 from .attempts import AskAgain, count_trim
 from .budget import BudgetPolicy, clamp_request, engine_fields, fit_prompt, probe_upstream
+from .client import ClientGone, ClientStream
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
 from .replies import json_error
-from .table import NO_TENANT, TABLE, Table
+from .table import NO_TENANT, TABLE, Route, Table, tenant_label, tenant_of
 from .upstreams import Upstream, forward_headers, send
 
 log = logging.getLogger("streamfix.server")
@@ -283,6 +285,18 @@ class Proxy:
         self.metrics.upstream_errors.labels(up.name, kind).inc()
         record.upstream_error(up.name, kind)
 
+    def route(
+        self, request: web.Request, kind: str, model: Any, endpoint: str, stream: bool
+    ) -> Route:
+        """The rows of the request's table for ``model`` (``Table.route``);
+        a refusal (404 ``model_not_found``, 400 without a model) is counted
+        for ``endpoint`` and raised."""
+        try:
+            return table_of(request).route(kind, model, tenant_of(request))
+        except RequestError as exc:
+            self.count(endpoint, stream, exc.status, tenant_label(request))
+            raise
+
     def stream_end(
         self, up: Upstream, session: StreamSession, got_data: bool
     ) -> tuple[str | None, bytes]:
@@ -332,14 +346,49 @@ class Proxy:
         self.metrics.count_report(report.counts)
         record.report(report)
 
-    def deadline(self) -> asyncio.Timeout:
-        """``--request-timeout`` for one request (no limit when 0)."""
+    async def answer(
+        self,
+        run: Awaitable[web.StreamResponse],
+        count: Callable[[int], None],
+        client: ClientStream | None = None,
+    ) -> web.StreamResponse:
+        """What an endpoint answers: ``run`` within ``--request-timeout``,
+        its status counted (``count``). When the time runs out: a 504
+        before the reply began, else the stream (``client``) ends with an
+        error event. A streamed client that went away counts as 499
+        (nginx's "client closed request")."""
         limit = self.cfg.request_timeout
-        return asyncio.timeout(limit if limit > 0 else None)
-
-    @property
-    def timeout_message(self) -> str:
-        return f"the request took longer than --request-timeout ({self.cfg.request_timeout:g} s)"
+        deadline = asyncio.timeout(limit if limit > 0 else None)
+        # A whole reply is counted once answered; a stream however it ends.
+        status: int | None = 200 if client is not None else None
+        try:
+            try:
+                async with deadline:
+                    out = await run
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                message = f"the request took longer than --request-timeout ({limit:g} s)"
+                if client is None or not client.prepared:
+                    out = json_error(504, message, "timeout", "request_timeout")
+                else:
+                    with contextlib.suppress(ClientGone):
+                        await client.commit()
+                        await client.write(error_event(message, "timeout", "request_timeout"))
+                    out = client.response
+            status = out.status  # a 200 stream, or an error answered before it began
+            return out
+        except ClientGone:
+            assert client is not None
+            status = 499
+            return client.resp or web.Response(status=499)
+        except asyncio.CancelledError:
+            if client is not None:
+                status = 499
+            raise
+        finally:
+            if status is not None:
+                count(status)
 
     def count(
         self,
