@@ -26,9 +26,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from streamfix.local import free_port
 from streamfix.server.app import create_app
 from streamfix.server.config import ServerConfig, parse_upstream
+from streamfix.tools.local import free_port
 
 TOOLS = [
     {

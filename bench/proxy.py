@@ -63,7 +63,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from streamfix.local import free_port
+from streamfix.tools.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -50,9 +50,9 @@ import orjson
 from aiohttp import web
 
 import streamfix
-from streamfix.local import LocalServer, LocalServerError, free_port
 from streamfix.session import SSESession
 from streamfix.sse import SSEDecoder
+from streamfix.tools.local import LocalServer, LocalServerError, free_port
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: Varied, short prompts; each is sent once direct and once through streamfix.

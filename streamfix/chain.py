@@ -9,7 +9,7 @@ index (``n > 1``) has its own pipeline:
     accumulate -> reasoning -> repetition -> detect -> residue
 
 Only the repetition cutter runs when the request offered no tools: a reply
-to such a request is never rewritten (shapes.md, Policies), only cut if it
+to such a request is never rewritten (docs/shapes.md, "Policies"), only cut if it
 loops.
 """
 

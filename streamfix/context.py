@@ -10,7 +10,6 @@ Both are plain data; nothing here does I/O.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,25 +120,10 @@ class Report:
             self.unrecognised.append(text[:SAMPLE_CHARS])
 
 
-#: Model names of families that reason before answering, so that a reply
-#: may begin inside reasoning the prompt opened: DeepSeek R1 and its
-#: distills, QwQ, Qwen3 (hybrid thinking is on by default; not its Coder and
-#: Instruct-2507 releases), GLM 4.5 and later, Kimi K3, gpt-oss, Magistral and
-#: Ministral "Reasoning", EXAONE Deep, Phi-4 reasoning, Olmo 3 Think, and
-#: names that say so ("Thinking", "reasoner"). DeepSeek V3.1+ and Kimi K2.6
-#: reason only when the request turns thinking on.
-_REASONING_MODEL = re.compile(
-    r"deepseek-r1|\br1\b|r1-distill|qwq|thinking|reasoning|reasoner|magistral|exaone-deep"
-    r"|gpt-oss|kimi-k3|glm-?4\.[5-9]|glm-?[5-9]"
-    r"|qwen3(?![\w.]*-coder)(?![\w.-]*instruct)",
-    re.IGNORECASE,
-)
-
-
 def _thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` (Qwen3, GLM, vLLM and SGLang) or ``thinking``
-    (DeepSeek V3.1+, Kimi), or None when it says nothing."""
+    ``enable_thinking`` or ``thinking`` (the templates' two spellings), or
+    None when it says nothing."""
     kwargs = request.get("chat_template_kwargs")
     if isinstance(kwargs, dict):
         for key in ("enable_thinking", "thinking"):
@@ -151,8 +135,8 @@ def _thinking_switch(request: dict[str, Any]) -> bool | None:
 def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     """The request asks a model that reasons before answering: a reasoning
     field (``reasoning_effort``, ``reasoning``, ``thinking``), thinking
-    switched on in ``chat_template_kwargs``, or a reasoning model's name
-    (unless the request switched thinking off)."""
+    switched on in ``chat_template_kwargs``, or the name of a model that
+    reasons by default (unless the request switched thinking off)."""
     if not request:
         return False
     switch = _thinking_switch(request)
@@ -161,7 +145,13 @@ def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     if request.get("reasoning_effort") or request.get("reasoning") or request.get("thinking"):
         return True
     model = request.get("model")
-    return isinstance(model, str) and _REASONING_MODEL.search(model) is not None
+    if not isinstance(model, str):
+        return False
+    # The families name their reasoning models (``REASONING_MODELS`` in
+    # ``formats/``); imported here, as the registry imports this module.
+    from .formats.registry import reasoning_models
+
+    return reasoning_models().search(model) is not None
 
 
 @dataclass(slots=True)

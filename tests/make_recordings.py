@@ -4,7 +4,7 @@ Each scenario is a scripted loopback upstream that misbehaves as small
 models and their servers do (``tests/upstream_fake.py``), with the real
 proxy in front of it run with ``--record``; the file the recorder writes
 is kept under the scenario's name. With ``--real``, a few more come from
-llama.cpp's server with SmolLM2-135M (``streamfix.local``)::
+llama.cpp's server with SmolLM2-135M (``streamfix.tools.local``)::
 
     python -m tests.make_recordings [--real]
 
@@ -29,8 +29,15 @@ import orjson
 from streamfix.server.record import RECORDER
 
 from .e2e.common import GET_WEATHER, LOOP_REQUEST, TOOL_AS_TEXT_MESSAGES
-from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
+from .support.streamutil import SHAPES_TOOLS, chunk, sse, text_stream
+from .support.upstream_fake import (
+    AppServer,
+    FakeUpstream,
+    Reply,
+    call_chunks,
+    completion,
+    proxy_app,
+)
 
 HERE = Path(__file__).resolve().parent / "recordings"
 ASK = [{"role": "user", "content": "Where is order A1?"}]
@@ -202,7 +209,7 @@ REAL: dict[str, dict[str, Any]] = {
 
 
 async def real(out: Path) -> None:
-    from streamfix.local import LocalServer
+    from streamfix.tools.local import LocalServer
 
     with LocalServer() as server:
         for name, request in REAL.items():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import streamfix
 
-from .streamutil import CAPTURES, assemble, chunk, run_sse, split_at, sse, tool
+from .support.streamutil import CAPTURES, assemble, chunk, run_sse, split_at, sse, tool
 
 WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}
 TWO = {

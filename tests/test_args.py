@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from streamfix.args import (
+from streamfix.toolargs import (
     INVALID,
     coerce,
     looks_truncated,

@@ -17,8 +17,8 @@ import aiohttp
 import orjson
 import pytest
 
-from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream, tool
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
+from .support.streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream, tool
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 BODY_LIMIT = 64 * 1024
@@ -159,7 +159,7 @@ async def test_huge_tools_array_over_the_limit_is_413() -> None:
 
 
 async def test_more_tools_than_max_tools_is_400() -> None:
-    from streamfix.server.validate import MAX_TOOLS
+    from streamfix.server.caller.validate import MAX_TOOLS
 
     tools = [tool(f"t{i}") for i in range(MAX_TOOLS + 1)]
     async with FakeUpstream() as up, AppServer(proxy_app(up.url)) as px:
@@ -171,7 +171,7 @@ async def test_more_tools_than_max_tools_is_400() -> None:
 
 
 async def test_tool_name_longer_than_the_limit_is_400() -> None:
-    from streamfix.server.validate import MAX_TOOL_NAME_CHARS
+    from streamfix.server.caller.validate import MAX_TOOL_NAME_CHARS
 
     tools = [*SHAPES_TOOLS, tool("n" * (MAX_TOOL_NAME_CHARS + 1))]
     async with FakeUpstream() as up, AppServer(proxy_app(up.url)) as px:
@@ -182,7 +182,7 @@ async def test_tool_name_longer_than_the_limit_is_400() -> None:
 
 
 async def test_max_tools_with_the_longest_names_are_served() -> None:
-    from streamfix.server.validate import MAX_TOOL_NAME_CHARS, MAX_TOOLS
+    from streamfix.server.caller.validate import MAX_TOOL_NAME_CHARS, MAX_TOOLS
 
     # the longest names (the detector's trie recursed once per character:
     # ~1000-character names overflowed the stack) and the most tools

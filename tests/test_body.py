@@ -13,9 +13,9 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfix.server.body import BodyReads, takes_whole_buffer
+from streamfix.server.upstream.body import BodyReads, takes_whole_buffer
 
-from .upstream_fake import AppServer
+from .support.upstream_fake import AppServer
 
 
 class _Protocol:

@@ -21,17 +21,15 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfix.server import budget
-from streamfix.server.budget import (
-    BudgetPolicy,
+from streamfix.server.upstream import budget, engines
+from streamfix.server.upstream.budget import BudgetPolicy, clamp_request, estimate_prompt_tokens
+from streamfix.server.upstream.engines import (
     UpstreamInfo,
-    clamp_request,
     engine_fields,
-    estimate_prompt_tokens,
     probe_upstream,
     window_from_error,
 )
-from tests.streamutil import CAPTURES
+from tests.support.streamutil import CAPTURES
 
 # --------------------------------------------------------------------------
 # A scripted upstream: each engine's probe endpoints with realistic bodies
@@ -380,8 +378,8 @@ async def test_probe_of_a_refused_port_returns_unknown_at_once() -> None:
 async def test_probe_of_a_hung_upstream_is_bounded(
     serve: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(budget, "PROBE_REQUEST_TIMEOUT", 0.2)
-    monkeypatch.setattr(budget, "PROBE_TOTAL_TIMEOUT", 0.5)
+    monkeypatch.setattr(engines, "PROBE_REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr(engines, "PROBE_TOTAL_TIMEOUT", 0.5)
     server = await serve(vllm_routes(), delay=5.0)
     started = time.monotonic()
     assert await probe(server) == UpstreamInfo(None, None)
@@ -717,7 +715,7 @@ def test_engine_fields(engine: str | None, body: dict[str, Any], expected: dict[
 
 
 def test_prompt_size_read_from_overflow_errors() -> None:
-    from streamfix.server.budget import prompt_tokens_from_error
+    from streamfix.server.upstream.engines import prompt_tokens_from_error
 
     capture = (CAPTURES / "h_ctx_overflow_nostream.json").read_bytes()
     assert prompt_tokens_from_error(capture) == 2731
@@ -740,7 +738,7 @@ def _conversation(n_turns: int, words: int) -> list[dict[str, Any]]:
 
 
 def test_fit_prompt_drops_the_oldest_turns_first() -> None:
-    from streamfix.server.budget import estimate_prompt_tokens, fit_prompt
+    from streamfix.server.upstream.budget import estimate_prompt_tokens, fit_prompt
 
     policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
     body = {"messages": _conversation(10, 200)}
@@ -757,7 +755,7 @@ def test_fit_prompt_drops_the_oldest_turns_first() -> None:
 
 
 def test_fit_prompt_cuts_the_middle_of_a_message_too_long_alone() -> None:
-    from streamfix.server.budget import TRIM_MARK, estimate_prompt_tokens, fit_prompt
+    from streamfix.server.upstream.budget import TRIM_MARK, estimate_prompt_tokens, fit_prompt
 
     policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
     text = "HEAD " + "The quick brown fox jumps over the lazy dog. " * 300 + " TAIL"
@@ -769,7 +767,7 @@ def test_fit_prompt_cuts_the_middle_of_a_message_too_long_alone() -> None:
 
 
 def test_fit_prompt_leaves_a_prompt_that_fits_alone() -> None:
-    from streamfix.server.budget import fit_prompt
+    from streamfix.server.upstream.budget import fit_prompt
 
     body = {"messages": _conversation(2, 10)}
     assert fit_prompt(body, 32768, BudgetPolicy()) == (body, None)
@@ -781,7 +779,7 @@ def test_fit_prompt_leaves_a_prompt_that_fits_alone() -> None:
 
 
 def test_fit_prompt_scale_calibrates_the_estimate() -> None:
-    from streamfix.server.budget import fit_prompt
+    from streamfix.server.upstream.budget import fit_prompt
 
     policy = BudgetPolicy(output_reservation=256, safety_margin=64, floor=64)
     body = {"messages": _conversation(6, 100)}

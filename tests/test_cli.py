@@ -15,11 +15,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamfix.cli import build_parser, config_from_args, main
 from streamfix.server.config import SETTINGS, ConfigError, ServerConfig, parse_upstream
+from streamfix.tools.cli import build_parser, config_from_args, main
 
-from .streamutil import assemble, chunk, sse, text_stream
-from .upstream_fake import FakeUpstream, Reply, free_port
+from .support.streamutil import assemble, chunk, sse, text_stream
+from .support.upstream_fake import FakeUpstream, Reply, free_port
 
 
 def config(argv: list[str], env: dict[str, str] | None = None) -> ServerConfig:

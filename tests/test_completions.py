@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfix import completions
-from streamfix.completions import CompletionSession, expected_choices, fix_text_completion
+from streamfix import text_session as completions
 from streamfix.context import Context
 from streamfix.delta import Delta
 from streamfix.errors import UpstreamProtocolError
+from streamfix.text_session import CompletionSession, expected_choices, fix_text_completion
 from streamfix.transforms.repetition import RepetitionCutter
 
-from .streamutil import split_at, split_sizes, sse
+from .support.streamutil import split_at, split_sizes, sse
 from .test_repetition import LOOPS, NOT_LOOPS, PARAGRAPH, PROSE, _loop_text, _pieces
 
 #: Real prose, with no loop in it (non-ASCII too, so byte splits fall

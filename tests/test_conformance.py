@@ -18,8 +18,8 @@ from canitoolcall.pytest_plugin import assert_equivalent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .conformance import check, fixtures, parse_nonstream, parse_stream
-from .conformance_known import KNOWN
+from .support.conformance import check, fixtures, parse_nonstream, parse_stream
+from .support.conformance_known import KNOWN
 
 FIXTURES = fixtures()
 PASSING = [fx for fx in FIXTURES if fx.id not in KNOWN]

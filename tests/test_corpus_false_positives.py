@@ -34,7 +34,7 @@ from streamfix.chunks import ChoiceView, ChunkView, DeltaView
 from streamfix.context import Context
 from streamfix.transforms.repetition import COUNTED_CHARS, _Channel
 
-from .streamutil import SHAPES_REQUEST
+from .support.streamutil import SHAPES_REQUEST
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 #: Bytes of stdlib source streamed through the chain (the whole non-test

@@ -7,7 +7,8 @@ import subprocess
 import sys
 import time
 
-from streamfix.demo import SCENARIOS, assemble, run_demo
+from streamfix.tools.demo import SCENARIOS, run_demo
+from streamfix.tools.seen import assemble
 
 
 def test_demo_prints_every_scenario_side_by_side() -> None:
@@ -36,7 +37,7 @@ def test_demo_unknown_scenario() -> None:
 
 
 def test_demo_assembler_merges_like_the_sdk() -> None:
-    from streamfix.demo import _repeated_name_call
+    from streamfix.tools.demo import _repeated_name_call
 
     seen = assemble(b"".join(_repeated_name_call()))
     assert seen.calls[0]["name"] == "get_weather" * 3 and seen.done

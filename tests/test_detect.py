@@ -15,8 +15,8 @@ from streamfix.delta import Delta
 from streamfix.session import SSESession
 from streamfix.transforms.detect import MAX_GAP_WS, QUIET_LEN, QUIET_MAX, ToolTagDetector
 
-from .detectutil import check_split_invariant, result, run_parts, run_pieces
-from .streamutil import (
+from .support.detectutil import check_split_invariant, result, run_parts, run_pieces
+from .support.streamutil import (
     CAPTURES,
     SHAPES_REQUEST,
     assemble,
@@ -403,7 +403,7 @@ def test_text_between_calls_is_kept_in_order() -> None:
 
 
 def test_structured_and_text_calls_together() -> None:
-    from .streamutil import chunk, sse
+    from .support.streamutil import chunk, sse
 
     data = sse(
         [
@@ -459,7 +459,7 @@ MIX = st.sampled_from(
 @given(st.lists(MIX, max_size=12), st.lists(st.integers(0, 10**6), max_size=10))
 def test_any_mix_is_split_invariant(tokens: list[str], cuts: list[int]) -> None:
     """Whatever the text, any chunking gives the same result as whole."""
-    from .detectutil import check_byte_cuts
+    from .support.detectutil import check_byte_cuts
 
     text = "".join(tokens)
     check_byte_cuts(text, cuts)

@@ -13,8 +13,8 @@ import anthropic
 import orjson
 import pytest
 
-from .streamutil import chunk, sse, text_stream, with_usage
-from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
+from .support.streamutil import chunk, sse, text_stream, with_usage
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 
 WRITE_TOOL: dict[str, Any] = {
     "name": "Write",
@@ -442,7 +442,7 @@ async def test_upstream_ignoring_stream_is_encoded_as_a_stream(stack: Stack) -> 
 
 
 async def test_no_upstream_is_a_502_in_anthropic_shape() -> None:
-    from .upstream_fake import refusing_url
+    from .support.upstream_fake import refusing_url
 
     async with AppServer(proxy_app(refusing_url(), retries=0)) as px:
         client = anthropic.AsyncAnthropic(api_key="k", base_url=px.root, max_retries=0)

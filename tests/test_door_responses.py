@@ -13,8 +13,8 @@ import openai
 import orjson
 import pytest
 
-from .streamutil import chunk, sse, text_stream, with_usage
-from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
+from .support.streamutil import chunk, sse, text_stream, with_usage
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 
 EXEC_TOOL: dict[str, Any] = {
     "type": "function",
@@ -462,7 +462,7 @@ async def test_keepalive_while_a_call_is_held_is_an_event(monkeypatch: pytest.Mo
     """The proxy holds a call written as text until it is whole; meanwhile
     the client sees in_progress events (not comments, which idle timers
     of clients such as Codex do not count)."""
-    from streamfix.server import client as client_module
+    from streamfix.server.caller import stream as client_module
 
     monkeypatch.setattr(client_module, "KEEPALIVE_INTERVAL", 0.02)
     call = hermes("exec_command", {"cmd": "ls"})

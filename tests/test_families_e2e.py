@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streamfix
-from tests.streamutil import SHAPES_REQUEST, Assembled, assemble, fix_text, text_stream
+from tests.support.streamutil import SHAPES_REQUEST, Assembled, assemble, fix_text, text_stream
 
-from .family_cases import CASES, Case
+from .support.family_cases import CASES, Case
 
 BEFORE = "Before. "
 AFTER = " Done."
@@ -80,7 +80,7 @@ def test_family_non_streaming_equals_streaming(case: Case) -> None:
     """Many chunks or one: the same calls (the non-streaming path goes
     through the same detector)."""
     import streamfix
-    from tests.streamutil import SHAPES_REQUEST
+    from tests.support.streamutil import SHAPES_REQUEST
 
     body = {
         "id": "x",
@@ -195,7 +195,7 @@ BYTE_CASES = [c for c in E2E if c.id in {"deepseek-v31", "deepseek-v32-dsml", "g
 def test_family_split_at_every_byte(case: Case) -> None:
     """The SSE bytes cut inside the multi-byte ``｜``/``▁`` of DeepSeek's
     tokens (and elsewhere): the same calls and content."""
-    from tests.streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
+    from tests.support.streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
 
     text = text_of(case)
     data = text_stream([text[i : i + 7] for i in range(0, len(text), 7)])
@@ -222,7 +222,7 @@ def test_family_split_at_every_byte(case: Case) -> None:
     ids=["deepseek-v31", "kimi-k2"],
 )
 def test_section_cut_after_its_first_call_is_cut_off_as_a_whole(text: str) -> None:
-    """shapes.md: a cut-off call is never returned. A section the model was
+    """docs/shapes.md: a cut-off call is never returned. A section the model was
     still writing when the token limit hit is cut off as a whole (the proxy
     asks again with a larger allowance) rather than running half its calls."""
     session = streamfix.SSESession(SHAPES_REQUEST)

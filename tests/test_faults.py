@@ -32,8 +32,8 @@ from aiohttp import web
 
 from streamfix.server.proxy import PROXY
 
-from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+from .support.streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -760,7 +760,7 @@ async def test_a_slow_client_is_not_an_upstream_read_timeout() -> None:
 async def test_slow_client_while_output_is_held_is_bounded() -> None:
     # tools offered: the proxy holds output while a re-ask is possible, but
     # never more than MAX_HELD_BYTES; then backpressure as above
-    from streamfix.server.client import MAX_HELD_BYTES
+    from streamfix.server.caller.stream import MAX_HELD_BYTES
 
     up = CountingUpstream()
     async with AppServer(up.app()) as ups, AppServer(proxy_app(ups.url)) as px:
@@ -889,7 +889,7 @@ async def test_internal_error_before_the_reply_is_an_openai_500(
 async def test_non_streamed_reply_over_the_limit_is_502(
     monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    from streamfix.server import replies as replies_module
+    from streamfix.server.caller import replies as replies_module
 
     monkeypatch.setattr(replies_module, "MAX_REPLY_BYTES", 100_000)
     big = {"choices": [{"index": 0, "message": {"content": "x" * 200_000}}]}

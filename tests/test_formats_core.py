@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streamfix.formats import all_formats, by_name
 
-from .detectutil import check_byte_cuts, check_split_invariant, run_pieces
+from .support.detectutil import check_byte_cuts, check_split_invariant, run_pieces
 
 LO: dict[str, Any] = {"order_id": "A-1001"}
 Calls = list[tuple[str, dict[str, Any]]]
@@ -351,7 +351,7 @@ def test_shape_non_streaming_is_the_same(text: str, content: str, calls: Calls) 
 
     import streamfix
 
-    from .streamutil import SHAPES_REQUEST
+    from .support.streamutil import SHAPES_REQUEST
 
     completion = {
         "id": "x",

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfix.args import parse_object
 from streamfix.context import tools_of
 from streamfix.formats import _family, deepseek, glm, kimi, minimax, mistral
 from streamfix.formats.base import ABORT, Format, RawCall
-from tests.streamutil import SHAPES_REQUEST
+from streamfix.toolargs import parse_object
+from tests.support.streamutil import SHAPES_REQUEST
 
-from .family_cases import CASES, MARKUP, NOT_THIS, Case
+from .support.family_cases import CASES, MARKUP, NOT_THIS, Case
 
 TOOLS = tools_of(SHAPES_REQUEST)
 FAMILY_MODULES = (

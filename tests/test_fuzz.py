@@ -26,7 +26,15 @@ from streamfix.formats import ABORT, OPAQUE, RawCall, all_formats
 from streamfix.session import SSESession
 from streamfix.sse import SSEDecoder
 
-from .streamutil import SHAPES_REQUEST, SHAPES_TOOLS, assemble, chunk, run_sse, split_at, sse
+from .support.streamutil import (
+    SHAPES_REQUEST,
+    SHAPES_TOOLS,
+    assemble,
+    chunk,
+    run_sse,
+    split_at,
+    sse,
+)
 
 OFFERED = {t["function"]["name"] for t in SHAPES_TOOLS}
 

@@ -19,8 +19,8 @@ from streamfix.server.app import create_app
 from streamfix.server.config import ConfigError, ServerConfig, TenantConfig, build_config
 from streamfix.server.proxy import PROXY
 
-from .streamutil import assemble, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+from .support.streamutil import assemble, sse, text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -485,7 +485,7 @@ async def test_sighup_reloads_under_load_with_no_errors(tmp_path: Path) -> None:
     import signal
     import sys
 
-    from streamfix.local import free_port
+    from streamfix.tools.local import free_port
 
     streams = 500
     path = tmp_path / "streamfix.toml"
@@ -575,9 +575,9 @@ def test_an_app_with_a_source_starts_outside_the_main_thread(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Signal handlers exist only in the main thread: an app run in a
-    thread (``streamfix.local.AppThread``) starts all the same, says that
+    thread (``streamfix.tools.local.AppThread``) starts all the same, says that
     SIGHUP will not reload there, and ``Proxy.reload`` still works."""
-    from streamfix.local import AppThread
+    from streamfix.tools.local import AppThread
 
     path = tmp_path / "streamfix.toml"
     write_config(path, "http://127.0.0.1:9/v1|m|fast")

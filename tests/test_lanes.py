@@ -27,7 +27,7 @@ from streamfix.transforms.reasoning import ReasoningSplitter
 from streamfix.transforms.repetition import RepetitionCutter
 from streamfix.transforms.residue import ResidueStripper
 
-from .streamutil import chunk, run_sse, split_at
+from .support.streamutil import chunk, run_sse, split_at
 from .test_runs import _CALL_ID, END, ROLE, WEATHER
 
 

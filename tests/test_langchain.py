@@ -15,8 +15,15 @@ pytest.importorskip("langchain_openai")
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_openai import ChatOpenAI
 
-from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
+from .support.streamutil import SHAPES_TOOLS, chunk, sse, text_stream
+from .support.upstream_fake import (
+    AppServer,
+    FakeUpstream,
+    Reply,
+    call_chunks,
+    completion,
+    proxy_app,
+)
 
 QUESTION = "Where is order A1?"
 

@@ -1,4 +1,4 @@
-"""streamfix.local without a model: what it runs, how it fails, AppThread."""
+"""streamfix.tools.local without a model: what it runs, how it fails, AppThread."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from streamfix import local
-from streamfix.local import AppThread, LocalServer, LocalServerError
+from streamfix.tools import local
+from streamfix.tools.local import AppThread, LocalServer, LocalServerError
 
 
 def test_command_is_the_documented_one(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_command_is_the_documented_one(tmp_path: Path) -> None:
 def test_default_goes_through_the_launcher_without_extra_buffers(tmp_path: Path) -> None:
     """The launcher sets use_extra_bufts=false (AMX crash in VMs)."""
     cmd = LocalServer(tmp_path / "m.gguf", port=1).command()
-    assert cmd[1:3] == ["-m", "streamfix.local"]
+    assert cmd[1:3] == ["-m", "streamfix.tools.local"]
     assert cmd[cmd.index("--interrupt_requests") + 1] == "false"
     assert cmd[cmd.index("--model_alias") + 1] == "smollm2"
 

@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamfix.context import Report
-from streamfix.server.middleware import (
+from streamfix.middleware import (
     REPORT_KEY,
     StreamCut,
     report_of,
     streamfix_client_middleware,
     streamfix_middleware,
 )
-from tests.streamutil import CAPTURES, Assembled, assemble, chunk, split_at, sse, tool
+from tests.support.streamutil import CAPTURES, Assembled, assemble, chunk, split_at, sse, tool
 
 B2 = (CAPTURES / "b2_tools_named_choice_stream_default_format.sse").read_bytes()
 PLAIN = (CAPTURES / "a_plain_stream.sse").read_bytes()

@@ -10,10 +10,10 @@ import aiohttp
 import orjson
 import pytest
 
-from streamfix.server.attempts import named_tool, narrow_to_tool
+from streamfix.server.reask import named_tool, narrow_to_tool
 
-from .streamutil import SHAPES_TOOLS, assemble, text_stream, tool
-from .upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
+from .support.streamutil import SHAPES_TOOLS, assemble, text_stream, tool
+from .support.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
 
 NAMED = {"type": "function", "function": {"name": "create_ticket"}}
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .detectutil import result, run_pieces
-from .streamutil import split_sizes
+from .support.detectutil import result, run_pieces
+from .support.streamutil import split_sizes
 
 CORPUS: list[str] = [
     # JSON that is not a call

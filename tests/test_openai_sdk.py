@@ -10,8 +10,15 @@ from typing import Any
 import openai
 import pytest
 
-from .streamutil import SHAPES_TOOLS, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, call_chunks, completion, proxy_app
+from .support.streamutil import SHAPES_TOOLS, chunk, sse, text_stream
+from .support.upstream_fake import (
+    AppServer,
+    FakeUpstream,
+    Reply,
+    call_chunks,
+    completion,
+    proxy_app,
+)
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Where is order A1?"}]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from streamfix.cli import main
-from streamfix.probe import CASES, probe, render, structured_calls
+from streamfix.tools.cli import main
+from streamfix.tools.probe import CASES, probe, render, structured_calls
 
-from .streamutil import chunk, sse
-from .upstream_fake import FakeUpstream, Received, Reply, completion, refusing_url
+from .support.streamutil import chunk, sse
+from .support.upstream_fake import FakeUpstream, Received, Reply, completion, refusing_url
 
 WINDOW = 4096
 VLLM_MODELS = {
@@ -190,7 +190,7 @@ def test_structured_calls_counts_pieces_and_repeated_names() -> None:
 
 
 def test_cases_put_max_tokens_over_the_window() -> None:
-    from streamfix.probe import cases
+    from streamfix.tools.probe import cases
 
     over = {c.key: c for c in cases(2048)}["over_window"]
     assert over.body["max_tokens"] == 4096

@@ -13,8 +13,8 @@ import pytest
 
 from streamfix.server.proxy import PROXY
 
-from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
-from .upstream_fake import (
+from .support.streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
+from .support.upstream_fake import (
     AppServer,
     FakeUpstream,
     Reply,
@@ -785,7 +785,7 @@ async def test_null_reasoning_fields_do_not_mark_the_upstream() -> None:
 
 
 async def test_keepalive_comments_while_output_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamfix.server import client as client_module
+    from streamfix.server.caller import stream as client_module
 
     monkeypatch.setattr(client_module, "KEEPALIVE_INTERVAL", 0.02)
     # required soft: prose is held until a call shows up (here: never)
@@ -829,7 +829,7 @@ async def test_window_is_probed_again_periodically() -> None:
 async def test_a_bug_in_the_chain_ends_the_stream_with_an_error_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from streamfix.server import chat as chat_module
+    from streamfix.server.routes import chat as chat_module
 
     class Broken(chat_module.SSESession):
         def feed(self, data: bytes) -> bytes:

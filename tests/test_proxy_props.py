@@ -10,8 +10,8 @@ import aiohttp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .streamutil import SHAPES_TOOLS, assemble, split_at, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
+from .support.streamutil import SHAPES_TOOLS, assemble, split_at, text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
 
 STREAMS = [
     text_stream(["Voilà ", "— ça ", "marche 🌍", " très bien."]),

@@ -11,8 +11,8 @@ from streamfix.context import Context
 from streamfix.delta import Delta
 from streamfix.transforms.reasoning import UNOPENED_HOLD, ReasoningSplitter
 
-from .detectutil import check_split_invariant, result, run_parts, run_pieces
-from .streamutil import SHAPES_REQUEST, chunk, sse
+from .support.detectutil import check_split_invariant, result, run_parts, run_pieces
+from .support.streamutil import SHAPES_REQUEST, chunk, sse
 
 #: A request to a model whose template opens ``<think>`` in the prompt: the
 #: splitter holds the start of the reply for an unopened section.

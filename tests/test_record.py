@@ -27,8 +27,8 @@ from streamfix.server.record import (
     redact_messages,
 )
 
-from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
+from .support.streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
 
 MESSAGES = [{"role": "user", "content": "Where is order A1? My card is 4111."}]
 TEXT_CALL = ["Let me check. ", "<tool_call>", '{"name": "lookup_order", ', '"arguments": ']

@@ -38,7 +38,7 @@ from streamfix.transforms.repetition import (
     required_span,
 )
 
-from .streamutil import (
+from .support.streamutil import (
     CAPTURES,
     SHAPES_REQUEST,
     assemble,

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from streamfix.cli import main
-from streamfix.replay import replay_document, replay_file
 from streamfix.server.record import RECORDER, decode_bytes, encode_bytes
+from streamfix.tools.cli import main
+from streamfix.tools.replay import replay_document, replay_file
 
 from .make_recordings import HERE, SCENARIOS
+from .support.upstream_fake import AppServer, FakeUpstream, proxy_app
 from .test_record import CASES, MESSAGES, files, post, tools_body
-from .upstream_fake import AppServer, FakeUpstream, proxy_app
 
 RECORDINGS = sorted(HERE.glob("*.json"))
 

@@ -14,7 +14,7 @@ from streamfix.context import Context
 from streamfix.delta import Delta, ToolCall
 from streamfix.transforms.residue import MAX_PENDING, ResidueStripper
 
-from .streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
+from .support.streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
 
 
 def _strip(pieces: list[str]) -> tuple[str, Context]:

@@ -25,7 +25,7 @@ from streamfix.transforms.detect import RUN_SEP, ToolTagDetector, matcher_for
 from streamfix.transforms.repetition import RepetitionCutter
 from streamfix.transforms.residue import ResidueStripper
 
-from .streamutil import assemble, chunk, run_sse, split_at, tool
+from .support.streamutil import assemble, chunk, run_sse, split_at, tool
 from .test_shape import no_shapes
 
 WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}

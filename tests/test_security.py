@@ -27,11 +27,12 @@ import aiohttp
 import orjson
 import pytest
 
-from streamfix.server import guards, table
+from streamfix.server.caller import guards
 from streamfix.server.proxy import PROXY
+from streamfix.server.upstream import table
 
-from .streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+from .support.streamutil import SHAPES_TOOLS, assemble, chunk, sse, text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 INBOUND = "sk-inbound-SECRET-0001"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import streamfix
 import streamfix.session as session_mod
 
-from .streamutil import assemble, chunk, run_sse, split_at, tool
+from .support.streamutil import assemble, chunk, run_sse, split_at, tool
 
 WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}
 _CALL_ID = re.compile(rb"call_[0-9a-f]{24}")

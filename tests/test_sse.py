@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from streamfix.errors import UpstreamProtocolError
 from streamfix.sse import SSEDecoder, SSEEvent, encode_comment, encode_data
 
-from .streamutil import CAPTURES, split_at
+from .support.streamutil import CAPTURES, split_at
 
 
 def decode(parts: list[bytes], max_event_bytes: int = 1 << 20) -> list[SSEEvent]:

@@ -11,11 +11,11 @@ import pytest
 
 from streamfix.errors import RequestError
 from streamfix.sse import DONE_EVENT
-from streamfix.wire.chat import TurnEncoder, merge_system
 from streamfix.wire.messages import MessagesDoor, reshape_error
 from streamfix.wire.responses import ResponsesDoor, _custom_input
+from streamfix.wire.turn import TurnEncoder, merge_system
 
-from .streamutil import chunk, sse
+from .support.streamutil import chunk, sse
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 CALL = {

@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from ..args import schema_types
 from ..context import ToolSpec
+from ..toolargs import schema_types
 from .base import ABORT, Format, RawCall
 from .scan import Balanced, end_of_first
 

@@ -47,7 +47,15 @@ A family's reasoning markup is declared beside its calls, as a module-level
 ``REASONING: list[Reasoning]``: what opens and closes its reasoning channel,
 the headers of its answer channel, and whether its template may open the
 reasoning itself (``prefilled``). The reasoning splitter
-(``transforms/reasoning.py``) asks the registry for all of them.
+(``transforms/reasoning.py``) asks the registry for all of them. A module's
+``REASONING_MODELS`` (regular expressions, case-insensitive, no groups)
+name the family's models that reason before answering by default: what
+the chain assumes of a request's model when the request says nothing.
+
+Markup that is debris wherever it is left (wrapper tags, control tokens,
+the end-of-turn words of a template) is declared as ``RESIDUE:
+list[Residue]``; the residue stripper (``transforms/residue.py``) strips
+what the families declare.
 """
 
 from __future__ import annotations
@@ -93,6 +101,37 @@ class Reasoning:
     leading: tuple[str, ...] = ()
     prefilled: bool = False
     repeats: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Residue:
+    """A family's markup that is debris wherever the detector left it in the
+    content (the residue stripper removes it when tools were offered):
+
+    - ``wrappers``: tag names that only ever wrap calls (``tool_call`` for
+      ``<tool_call>``/``</tool_call>``): an unmatched closing tag, or an
+      opening one with nothing after it at the end, is stripped;
+    - ``brackets``: bracketed control tokens (``TOOL_CALLS`` for
+      ``[TOOL_CALLS]``);
+    - ``words``: bare-word special tokens (``end_of_turn`` for
+      ``<end_of_turn>``);
+    - ``headers``: tokens that open a turn and are followed by its role line
+      (``<|im_start|>`` then ``assistant``): stripped with the role line,
+      since a stray role word is debris too;
+    - ``tokens``: regular expressions (no groups) of further whole tokens,
+      and ``partials`` the prefixes of them that are held until the next
+      text decides (anchored at the end of the text).
+
+    ``<|…|>`` and fullwidth ``<｜…｜>`` tokens need no declaration: any of
+    them is a special token.
+    """
+
+    wrappers: tuple[str, ...] = ()
+    brackets: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = ()
+    partials: tuple[str, ...] = ()
 
 
 #: Returned by ``EndFinder.feed`` when the region turns out not to be a

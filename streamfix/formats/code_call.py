@@ -17,8 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..args import parse_call_args
 from ..context import ToolSpec
+from ..toolargs import parse_call_args
 from .base import EndFinder, Format, RawCall, resolve_name
 from .scan import BalancedLine
 

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from ..context import ToolSpec
 from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Residue
 from .scan import UntilMarker
 
 _SEPS = ("▁", "_", " ", "\\_")
@@ -238,3 +238,19 @@ class DsmlInvoke(Format):
 
 
 FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]
+
+#: DeepSeek R1 and its distills reason by default (V3.1+ only when the
+#: request turns thinking on).
+REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill")
+
+#: DeepSeek V4's wrapper-less ``<invoke>``, and the closing DSML tags in
+#: every bar spelling (``</｜DSML｜tool_calls>``), held while they may still
+#: become one.
+_BAR = r"(?:｜{1,2}|‖|\|)"
+RESIDUE: list[Residue] = [
+    Residue(
+        wrappers=("invoke",),
+        tokens=(r"</" + _BAR + r"DSML" + _BAR + r"[a-z_]{1,24}>",),
+        partials=(r"</" + _BAR + r"[^\s<>]{0,40}\Z",),
+    )
+]

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall, Reasoning
+from .base import EndFinder, Format, RawCall, Reasoning, Residue
 from .scan import END, Peek, Structural, literal
 
 G4_OPEN, G4_CLOSE, G4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
@@ -216,4 +216,9 @@ FORMATS: list[Format] = [Gemma4(), FunctionGemma()]
 # the template writes an empty one in the prompt.
 REASONING: list[Reasoning] = [
     Reasoning("gemma4", opens=("<|channel>thought",), closes=("<channel|>",))
+]
+
+#: Gemma's turn tokens and FunctionGemma's call tokens, written as words.
+RESIDUE: list[Residue] = [
+    Residue(words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call"))
 ]

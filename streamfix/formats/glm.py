@@ -139,3 +139,6 @@ class Glm(Format):
 
 
 FORMATS: list[Format] = [Glm()]
+
+#: GLM 4.5 and later reason by default.
+REASONING_MODELS = (r"glm-?4\.[5-9]", r"glm-?[5-9]")

@@ -105,3 +105,6 @@ REASONING: list[Reasoning] = [
         repeats=True,
     )
 ]
+
+#: gpt-oss always writes an analysis channel.
+REASONING_MODELS = (r"gpt-oss",)

@@ -23,9 +23,9 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..args import INVALID, parse_value
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall, calls_from_value
+from ..toolargs import INVALID, parse_value
+from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
@@ -115,3 +115,23 @@ class LooseTags(_Tags):
 
 
 FORMATS: list[Format] = [HermesTags(), LooseTags()]
+
+#: Tags that only ever wrap calls (Hermes, xLAM and others): an unmatched
+#: closing tag, or an opening one with nothing after it, is debris.
+RESIDUE: list[Residue] = [
+    Residue(
+        wrappers=(
+            "tool_call",
+            "tool_calls",
+            "function_call",
+            "function_calls",
+            "functions",
+            "tools",
+            "tool_response",
+            "tool_use",
+        ),
+        # ChatML, the template these models are served with: a leaked turn
+        # header is stripped with its role line.
+        headers=("<|im_start|>",),
+    )
+]

@@ -208,3 +208,6 @@ REASONING: list[Reasoning] = [
         prefilled=True,
     )
 ]
+
+#: Kimi K3 reasons by default (K2.6 only when the request turns it on).
+REASONING_MODELS = (r"kimi-k3",)

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import Header, Steps, Until, loads
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 from .glm import kv_calls
 
 _LEAD = r"\s*(?:[\w.\-]+\s*)?"
@@ -43,3 +43,5 @@ class LongCat(Format):
 
 
 FORMATS: list[Format] = [LongCat()]
+
+RESIDUE: list[Residue] = [Residue(wrappers=("longcat_tool_call",))]

@@ -27,7 +27,7 @@ import orjson
 
 from ..context import ToolSpec
 from ._family import contiguous, loads, opens_with, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 from .scan import UntilMarker
 
 OPEN = "<minimax:tool_call>"
@@ -176,3 +176,9 @@ class MiniMaxM3(Format):
 
 
 FORMATS: list[Format] = [MiniMax(), MiniMaxM3(), MiniMaxArrow()]
+
+#: MiniMax's wrappers, and ``[/TOOL_CALL]``, which closes its arrow block
+#: (whose opener may be prose).
+RESIDUE: list[Residue] = [
+    Residue(wrappers=("invoke", "minimax:tool_call", "minimax:toolcall"), brackets=("/TOOL_CALL",))
+]

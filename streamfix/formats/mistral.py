@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import Header, Json, Steps, loads
-from .base import ABORT, EndFinder, Format, RawCall, Reasoning, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
 
 MARKER = "[TOOL_CALLS]"
 
@@ -102,3 +102,28 @@ FORMATS: list[Format] = [Mistral()]
 # ``[THINK]`` and ``[/THINK]`` at the start of the reply (mistral-common
 # ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``).
 REASONING: list[Reasoning] = [Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",))]
+
+#: Magistral (and Ministral "Reasoning") reason before answering.
+REASONING_MODELS = (r"magistral",)
+
+#: The bracketed control tokens of Mistral's tokenizers (v3+, tekken), and
+#: ``</s>``, the end-of-sequence token of its (and Llama 2's) templates.
+RESIDUE: list[Residue] = [
+    Residue(
+        wrappers=("s",),
+        brackets=(
+            "TOOL_CALLS",
+            "ARGS",
+            "CALL_ID",
+            "TOOL_RESULTS",
+            "/TOOL_RESULTS",
+            "TOOL_CONTENT",
+            "AVAILABLE_TOOLS",
+            "/AVAILABLE_TOOLS",
+            "INST",
+            "/INST",
+            "SYSTEM_PROMPT",
+            "/SYSTEM_PROMPT",
+        ),
+    )
+]

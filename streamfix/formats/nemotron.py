@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import loads, opens_with
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 
 OPEN = "<TOOLCALL>"
 CLOSE = "</TOOLCALL>"
@@ -36,3 +36,5 @@ class Nemotron(Format):
 
 
 FORMATS: list[Format] = [Nemotron()]
+
+RESIDUE: list[Residue] = [Residue(wrappers=("TOOLCALL",))]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
-from ..args import call_node_args
 from ..context import ToolSpec
+from ..toolargs import call_node_args
 from ._family import dotted_name
 from .base import EndFinder, Format, RawCall
 from .code_call import call_arguments

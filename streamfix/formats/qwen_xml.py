@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Residue
 from .scan import (
     END,
     TOOL_CALL_CLOSE,
@@ -163,3 +163,10 @@ class QwenXml(Format):
 
 
 FORMATS: list[Format] = [QwenXml()]
+
+#: Qwen3 reasons by default (hybrid thinking), not its Coder and
+#: Instruct-2507 releases.
+REASONING_MODELS = (r"qwen3(?![\w.]*-coder)(?![\w.-]*instruct)",)
+
+#: Qwen3-Coder's (and Llama's) ``<function=…>`` and ``<parameter=…>`` tags.
+RESIDUE: list[Residue] = [Residue(wrappers=("function", "parameter"))]

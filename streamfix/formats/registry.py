@@ -5,7 +5,8 @@ Each module of ``streamfix.formats`` (except ``base``, ``scan``,
 ``FORMATS: list[Format]``; they are collected once, ordered by
 ``priority`` (lower first) then ``name``; likewise a module's
 ``REASONING: list[Reasoning]`` (its reasoning markup, for the reasoning
-splitter). Adding a model family is one new module: nothing shared is
+splitter) and ``RESIDUE: list[Residue]`` (its leftover markup, for the
+residue stripper). Adding a model family is one new module: nothing shared is
 edited.
 
 ``markers_for(tools)`` turns the formats into what the detector's matcher
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from ..context import ToolSpec
-from .base import Format, Reasoning
+from .base import Format, Reasoning, Residue
 
 _SKIP = frozenset({"base", "scan", "registry"})
 
@@ -56,6 +58,27 @@ def all_reasoning() -> tuple[Reasoning, ...]:
     for module in _modules():
         found.extend(getattr(module, "REASONING", ()))
     return tuple(sorted(found, key=lambda r: r.name))
+
+
+@lru_cache(maxsize=1)
+def all_residue() -> Residue:
+    """Every family's leftover markup (the modules' ``RESIDUE``), merged."""
+    found: list[Residue] = []
+    for module in _modules():
+        found.extend(getattr(module, "RESIDUE", ()))
+
+    def union(field: str) -> tuple[str, ...]:
+        return tuple(sorted({x for r in found for x in getattr(r, field)}))
+
+    return Residue(**{f.name: union(f.name) for f in fields(Residue)})
+
+
+@lru_cache(maxsize=1)
+def reasoning_models() -> re.Pattern[str]:
+    """One pattern over every family's reasoning model names (the modules'
+    ``REASONING_MODELS``): a model so named reasons before answering."""
+    names = sorted({m for module in _modules() for m in getattr(module, "REASONING_MODELS", ())})
+    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
 
 
 def by_name(name: str) -> Format:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ..context import ToolSpec
 from ._family import opens_with, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Residue
 
 OPEN = "<seed:tool_call>"
 CLOSE = "</seed:tool_call>"
@@ -44,3 +44,5 @@ class SeedOss(Format):
 
 
 FORMATS: list[Format] = [SeedOss()]
+
+RESIDUE: list[Residue] = [Residue(wrappers=("seed:tool_call",))]

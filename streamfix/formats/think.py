@@ -16,3 +16,8 @@ from .base import Reasoning
 REASONING: list[Reasoning] = [
     Reasoning("think", opens=("<think>",), closes=("</think>",), prefilled=True),
 ]
+
+#: Models that reason by default and write ``<think>``, whatever their
+#: family: DeepSeek R1 and its distills, QwQ, EXAONE Deep, and names that
+#: say so ("Thinking", "reasoner"; Phi-4 reasoning, Olmo 3 Think).
+REASONING_MODELS = (r"thinking", r"reasoning", r"reasoner", r"qwq", r"exaone-deep")

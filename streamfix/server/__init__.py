@@ -1,7 +1,7 @@
 """The aiohttp proxy app, upstreams, budgets, middlewares, metrics.
 
 ``create_app(ServerConfig(...))`` is the proxy (``streamfix serve``); it is
-imported lazily so that ``streamfix.server.middleware`` users do not load
+imported lazily so that ``streamfix.middleware`` users do not load
 the proxy's dependencies (prometheus_client).
 """
 

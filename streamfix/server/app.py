@@ -1,32 +1,40 @@
 """The OpenAI-compatible proxy: ``create_app(config) -> web.Application``.
 
-Routes: ``POST /v1/chat/completions`` (``chat.py``), the front doors
-``/v1/messages`` and ``/v1/responses`` (``doors.py``, served by the chat
-path with the reply encoded by the door), ``POST /v1/embeddings``
-(``embeddings.py``), ``POST /v1/completions`` (``completions.py``),
-``GET /v1/models`` (``models.py``), ``GET /healthz`` and ``GET /metrics``
-(``status.py``). Choosing the rows for a request's model is the routing
-table (``table.py``); what the endpoints share, the table in force,
-slots, metrics and sending, is the ``Proxy`` (``proxy.py``); asking
-again is ``attempts.py``; the client's
-response with its hold-back buffer is ``client.py``; error bodies and
-relayed errors are ``replies.py``; the middlewares are ``guards.py``.
+The layers, in the order a request moves through them:
+
+- ``caller/``: the key check and errors in OpenAI's shape (``guards``),
+  the body read and checked (``validate``);
+- ``routes/``: one module per endpoint (``chat``, ``doors`` for
+  ``/v1/messages`` and ``/v1/responses``, ``embeddings``, ``completions``,
+  ``models``, ``status``), each building the request's ``scope.Scope``;
+- ``exchange.py``: one upstream exchange (budgeted body, send, record,
+  read or pump, how it ended), with ``reask.py`` deciding whether to ask
+  again;
+- ``upstream/``: the rows for a model (``table``), choosing and sending
+  (``pool``), token arithmetic (``budget``), engines' probes and error
+  texts (``engines``), reading a body (``body``);
+- back to the caller: its streamed response and hold-back
+  (``caller/stream``), error bodies and relayed errors (``caller/replies``).
+
+``proxy.py`` is the app's state (config, the table in force, probes,
+reloading, slots, metrics); ``record.py`` and ``metrics.py`` observe.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from ..middleware import Handler
 from . import record
-from .chat import chat
-from .completions import completions
+from .caller.guards import auth_mw, errors_mw
 from .config import ServerConfig
-from .doors import add_doors, door_errors_mw
-from .embeddings import embeddings
-from .guards import auth_mw, errors_mw
-from .models import models
-from .proxy import PROXY, ConfigSource, Handler, Proxy
-from .status import healthz, metrics
+from .proxy import PROXY, ConfigSource, Proxy
+from .routes.chat import chat
+from .routes.completions import completions
+from .routes.doors import add_doors, door_errors_mw
+from .routes.embeddings import embeddings
+from .routes.models import models
+from .routes.status import healthz, metrics
 
 
 def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.Application:

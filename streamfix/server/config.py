@@ -145,7 +145,7 @@ class ServerConfig:
     required: str = "soft"
     workers: int = 1
     max_reasks: int = 2
-    # budgets (streamfix.server.budget.BudgetPolicy)
+    # budgets (streamfix.server.upstream.budget.BudgetPolicy)
     output_reservation: int = 1024
     safety_margin: int = 64
     floor: int = 256
@@ -339,7 +339,7 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     )
 
 
-def tenant_of(table: Any) -> TenantConfig:
+def parse_tenant(table: Any) -> TenantConfig:
     """One ``[[tenant]]`` table."""
     if not isinstance(table, dict):
         raise ConfigError("config file: [[tenant]] must be tables")
@@ -381,7 +381,7 @@ def from_toml(path: str | Path) -> dict[str, Any]:
     tenants = data.pop("tenant", None)
     if tenants is not None:
         out["tenants"] = [
-            tenant_of(t) for t in (tenants if isinstance(tenants, list) else [tenants])
+            parse_tenant(t) for t in (tenants if isinstance(tenants, list) else [tenants])
         ]
     keys = data.pop("api_key", None)
     if keys is not None:

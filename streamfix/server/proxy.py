@@ -1,12 +1,13 @@
-"""The state of one proxy app and what every endpoint shares: the
-configuration, the routing table in force (``table.py``) and its probes,
-reloading it, the client session, the upstream slots, the metrics, and
-sending a request upstream with the body budgeted for the upstream chosen.
+"""The state of one proxy app: the configuration, the routing table in
+force (``upstream/table.py``) and its probes, reloading it, the HTTP
+client session the upstreams are reached with, the upstream slots, the
+metrics and the counters every endpoint feeds.
 
-The endpoints (``chat.py``, ``doors.py``, ``models.py``, ``status.py``,
-``embeddings.py``, ``completions.py``) and the middlewares (``guards.py``)
-reach it as ``request.app[PROXY]``, and the table a request started with
-as ``table_of(request)``.
+The endpoints (``routes/``) and the middlewares (``caller/guards.py``)
+reach it as ``request.app[PROXY]``; what one request carries (the table it
+started with, its tenant, its rows) is its ``scope.Scope``, and one
+exchange with an upstream is ``exchange.Exchange``: this module holds only
+what outlives a request.
 
 *Reloading* (``reload``, on SIGHUP under ``streamfix serve``): the
 configuration is read again from where it came from; a new table is built
@@ -23,27 +24,23 @@ import contextlib
 import dataclasses
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
-from ..context import UNOPENED_HOLD, Report, ToolSpec
-from ..errors import RequestError, UpstreamProtocolError
-from ..session import error_event
+from ..context import Report, ToolSpec
 from ..transforms.detect import MATCHER_CACHE, matcher_for
 from . import record
-from .attempts import AskAgain, count_trim
-from .budget import BudgetPolicy, clamp_request, engine_fields, fit_prompt, probe_upstream
-from .client import ClientGone, ClientStream
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
-from .replies import json_error
-from .table import NO_TENANT, TABLE, Route, Table, tenant_label, tenant_of
-from .upstreams import Upstream, forward_headers, send
+from .reask import AskAgain
+from .upstream.budget import BudgetPolicy
+from .upstream.engines import probe_upstream
+from .upstream.pool import Upstream
+from .upstream.table import NO_TENANT, Table
 
 log = logging.getLogger("streamfix.server")
 
@@ -56,7 +53,6 @@ PROBE_STARTUP_WAIT = 3.0
 #: Bytes of an embedding probe's reply read to learn the vector size.
 EMBED_PROBE_BYTES = 1024 * 1024
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Where a reload reads the configuration again (``streamfix serve``: the
 #: same flags, environment and TOML file as at start).
@@ -64,26 +60,6 @@ ConfigSource = Callable[[], ServerConfig]
 
 #: Settings a reload applies; any other that changed waits for a restart.
 RELOADED = frozenset({"upstreams", "tenants", "api_keys", "protect_status"})
-
-
-def chain_options(up: Upstream) -> dict[str, Any]:
-    """The chain's options for a reply from ``up``: an upstream known to
-    reason (configured, or seen reasoning) gets the start of its replies
-    held for a reasoning section whose ``<think>`` the prompt opened; for
-    others the request decides (``Options.unopened_reasoning_hold``)."""
-    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
-
-
-class StreamSession(Protocol):
-    """What the proxy needs of a sans-I/O stream session at its end
-    (``SSESession``, ``completions.CompletionSession``)."""
-
-    @property
-    def finished(self) -> bool: ...
-    @property
-    def saw_done(self) -> bool: ...
-    def close(self) -> bytes: ...
-    def fail(self, exc: Exception) -> bytes: ...
 
 
 class Proxy:
@@ -251,7 +227,7 @@ class Proxy:
 
     async def build_matcher(self, tools: Mapping[str, ToolSpec]) -> None:
         """The detector's matcher for a new set of tool names costs CPU (see
-        ``validate.MAX_TOOLS``): built in a thread, other streams keep going."""
+        ``caller.validate.MAX_TOOLS``): built in a thread, other streams keep going."""
         key = tuple(sorted(tools))
         if key not in self._matchers_built:
             await asyncio.to_thread(matcher_for, tools)
@@ -285,110 +261,9 @@ class Proxy:
         self.metrics.upstream_errors.labels(up.name, kind).inc()
         record.upstream_error(up.name, kind)
 
-    def route(
-        self, request: web.Request, kind: str, model: Any, endpoint: str, stream: bool
-    ) -> Route:
-        """The rows of the request's table for ``model`` (``Table.route``);
-        a refusal (404 ``model_not_found``, 400 without a model) is counted
-        for ``endpoint`` and raised."""
-        try:
-            return table_of(request).route(kind, model, tenant_of(request))
-        except RequestError as exc:
-            self.count(endpoint, stream, exc.status, tenant_label(request))
-            raise
-
-    def stream_end(
-        self, up: Upstream, session: StreamSession, got_data: bool
-    ) -> tuple[str | None, bytes]:
-        """A stream whose reads ran out: (the error, or None; the bytes that
-        end it). Without ``[DONE]`` it died (or was empty: llama.cpp's
-        answer to a prompt over its window), and an error event ends it."""
-        if session.finished:
-            return None, b""
-        if session.saw_done:
-            return None, session.close()
-        kind = "died_midstream" if got_data else "empty_stream"
-        self.upstream_error(up, kind)
-        error = (
-            f"upstream {up.name} ended the stream before [DONE]"
-            if got_data
-            else f"upstream {up.name} sent an empty stream"
-            " (llama.cpp does so when the prompt exceeds its context window)"
-        )
-        return error, session.fail(UpstreamProtocolError(error))
-
-    def stream_broke(
-        self, up: Upstream, session: StreamSession, exc: Exception
-    ) -> tuple[str, bytes]:
-        """A stream that broke the protocol, timed out or lost its
-        connection: (the error, the bytes that end it)."""
-        if isinstance(exc, UpstreamProtocolError):
-            self.upstream_error(up, "protocol")
-            return str(exc), session.fail(exc)
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-        self.upstream_error(up, kind)
-        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
-        return error, session.fail(UpstreamProtocolError(error))
-
-    def reply_failed(self, up: Upstream, exc: Exception) -> web.Response:
-        """A whole reply that could not be read (the connection died or
-        went silent): counted, and the 502 (504 for a timeout) to answer."""
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-        self.upstream_error(up, kind)
-        return json_error(
-            504 if kind == "timeout" else 502,
-            f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
-            "upstream_error",
-            kind,
-        )
-
     def count_report(self, report: Report) -> None:
         self.metrics.count_report(report.counts)
         record.report(report)
-
-    async def answer(
-        self,
-        run: Awaitable[web.StreamResponse],
-        count: Callable[[int], None],
-        client: ClientStream | None = None,
-    ) -> web.StreamResponse:
-        """What an endpoint answers: ``run`` within ``--request-timeout``,
-        its status counted (``count``). When the time runs out: a 504
-        before the reply began, else the stream (``client``) ends with an
-        error event. A streamed client that went away counts as 499
-        (nginx's "client closed request")."""
-        limit = self.cfg.request_timeout
-        deadline = asyncio.timeout(limit if limit > 0 else None)
-        # A whole reply is counted once answered; a stream however it ends.
-        status: int | None = 200 if client is not None else None
-        try:
-            try:
-                async with deadline:
-                    out = await run
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                message = f"the request took longer than --request-timeout ({limit:g} s)"
-                if client is None or not client.prepared:
-                    out = json_error(504, message, "timeout", "request_timeout")
-                else:
-                    with contextlib.suppress(ClientGone):
-                        await client.commit()
-                        await client.write(error_event(message, "timeout", "request_timeout"))
-                    out = client.response
-            status = out.status  # a 200 stream, or an error answered before it began
-            return out
-        except ClientGone:
-            assert client is not None
-            status = 499
-            return client.resp or web.Response(status=499)
-        except asyncio.CancelledError:
-            if client is not None:
-                status = 499
-            raise
-        finally:
-            if status is not None:
-                count(status)
 
     def count(
         self,
@@ -404,84 +279,5 @@ class Proxy:
             endpoint, "true" if stream else "false", str(status), tenant, model
         ).inc()
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        request: web.Request,
-        body_for: Callable[[Upstream], bytes | None],
-        rows: list[Upstream] | None = None,
-        order: list[Upstream] | None = None,
-        retries: int | None = None,
-    ) -> tuple[Upstream, aiohttp.ClientResponse]:
-        """Open ``method path`` on one of ``rows`` (default: every row of
-        the request's table), see ``upstreams.send``."""
-        table = table_of(request)
-        forward_auth = not table.keys
-
-        def headers_for(up: Upstream) -> CIMultiDict[str]:
-            h = forward_headers(request.headers, up, forward_auth=forward_auth)
-            if method == "POST":
-                h["Content-Type"] = "application/json"
-            return h
-
-        return await send(
-            table.pool,
-            self.client,
-            method,
-            path,
-            body_for=body_for,
-            headers_for=headers_for,
-            retries=self.cfg.retries if retries is None else retries,
-            backoff=self.cfg.backoff,
-            timeout=self.timeout,
-            on_error=self.upstream_error,
-            order=order,
-            rows=rows,
-        )
-
-    def budgeted(self, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
-        """The body for ``up``: max_tokens clamped to its window, engine
-        fields added. ``sent`` receives the final body and clamp info."""
-        base, trim = fit_prompt(
-            with_model(base, up), up.window, self.policy, scale=up.token_scale, known_over=False
-        )
-        if trim is not None:
-            count_trim(self.metrics, up, trim)
-        body, clamp = clamp_request(base, up.window, self.policy, reasoning=up.info.reasoning)
-        extra = engine_fields(body, up.info)
-        if extra:
-            body = {**body, **extra}
-        sent["body"] = body
-        sent["clamp"] = clamp
-        return orjson.dumps(body)
-
-    def body_fn(self, base: dict[str, Any], sent: dict[str, Any]) -> Callable[[Upstream], bytes]:
-        return lambda up: self.budgeted(base, up, sent)
-
-    def record_attempt(
-        self, up: Upstream, sent: dict[str, Any], resp: aiohttp.ClientResponse
-    ) -> None:
-        record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, chain_options(up))
-        if sent.get("clamp"):
-            self.metrics.clamps.inc()
-            log.info("clamped for %s: %s", up.name, sent["clamp"])
-
 
 PROXY = web.AppKey("streamfix_proxy", Proxy)
-
-
-def table_of(request: web.Request) -> Table:
-    """The table the request started with (``guards.errors_mw`` notes it
-    on arrival), else the one in force."""
-    table = request.get(TABLE)
-    return table if table is not None else request.app[PROXY].table
-
-
-def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
-    """``body`` naming the model as ``up``'s server knows it (a catch-all
-    row sends the client's name on)."""
-    model = up.cfg.model
-    if model is None or body.get("model") == model:
-        return body
-    return {**body, "model": model}

@@ -7,7 +7,7 @@ call-like markup went unrecognised, a loop was cut, the reply came out
 empty, the upstream failed): the client's request, each upstream reply
 as the raw bytes of every network read with its time, what the chain
 reported, and the bytes the client received. ``streamfix replay`` feeds
-the same reads to today's chain (``streamfix.replay``).
+the same reads to today's chain (``streamfix.tools.replay``).
 
 *Off the streaming path.* While a request runs, its reads are appended to
 a list (bounded: ``MAX_TAKE_BYTES``). When the handler returns, the
@@ -58,7 +58,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,9 +70,10 @@ from aiohttp import web
 
 from .. import __version__
 from ..context import Report
+from ..middleware import Handler
 from .config import RECORD_REASONS, ServerConfig, record_reasons
 from .metrics import Metrics
-from .table import TABLE
+from .upstream.table import TABLE
 
 log = logging.getLogger("streamfix.record")
 
@@ -135,7 +136,7 @@ MIN_SECRET = 4
 _NOT_REPAIRS = frozenset({"calls.structured", "unrecognised_markup", "loop_cut"})
 
 
-class Attempt:
+class RecordedAttempt:
     """One upstream reply of a request: its reads and what the chain reported."""
 
     __slots__ = ("content_type", "options", "reads", "report", "sent", "status", "t0", "upstream")
@@ -195,7 +196,7 @@ class Take:
         if table is not None:
             self.secrets += table.secrets
         self.wall = time.time()
-        self.attempts: list[Attempt] = []
+        self.attempts: list[RecordedAttempt] = []
         self.errors: list[tuple[str, str]] = []  # (upstream, kind)
         self.client: list[bytes] = []
         self.body = b""  # the client's request, as sent
@@ -203,10 +204,10 @@ class Take:
         self.incomplete = False
         self.status = 0
 
-    def begin(self, attempt: Attempt) -> None:
+    def begin(self, attempt: RecordedAttempt) -> None:
         self.attempts.append(attempt)
 
-    def read(self, attempt: Attempt, data: bytes) -> None:
+    def read(self, attempt: RecordedAttempt, data: bytes) -> None:
         if self._room(len(data)):
             attempt.reads.append((time.perf_counter() - attempt.t0, data))
 
@@ -274,7 +275,7 @@ def attempt(
     """An upstream answered (its headers): a new attempt begins."""
     take = _CURRENT.get()
     if take is not None:
-        take.begin(Attempt(upstream, sent, status, content_type, options))
+        take.begin(RecordedAttempt(upstream, sent, status, content_type, options))
 
 
 def reads(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -306,7 +307,7 @@ class _Reads:
 
     __slots__ = ("attempt", "source", "take")
 
-    def __init__(self, take: Take, attempt: Attempt, source: AsyncIterator[bytes]) -> None:
+    def __init__(self, take: Take, attempt: RecordedAttempt, source: AsyncIterator[bytes]) -> None:
         self.take = take
         self.attempt = attempt
         self.source = source
@@ -405,9 +406,6 @@ def config_secrets(cfg: ServerConfig) -> list[bytes]:
             pair = f"{parts.username or ''}:{parts.password}".encode()
             found.append(base64.b64encode(pair).decode())
     return [s.encode() for s in found if len(s) >= MIN_SECRET]
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Recorder:

@@ -12,11 +12,11 @@ valid: one delta per call with index, id, type, name and arguments.
 
 from __future__ import annotations
 
-from ..args import coerce, dumps, looks_truncated, parse_object
 from ..chunks import ToolCallDelta
 from ..context import Context
 from ..delta import Delta, ToolCall, new_call_id
 from ..formats.base import resolve_name
+from ..toolargs import coerce, dumps, looks_truncated, parse_object
 
 
 class _Pending:

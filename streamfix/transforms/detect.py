@@ -1,7 +1,7 @@
 """The tool-tag detector: tool calls written as text in ``content`` become
 structured ``tool_calls``, while the text streams.
 
-One pass over the text as it arrives (DESIGN.md, "The detector, sketched"):
+One pass over the text as it arrives (docs/design.md, "The detector"):
 
 - **Outside a call**, one compiled regex (a trie of every marker that
   applies to this request: the registry's fixed markers, markers made from
@@ -42,11 +42,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..args import coerce, dumps, to_object, validate
 from ..context import Context, ToolSpec
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import resolve_name
+from ..toolargs import coerce, dumps, to_object, validate
 
 #: Blanks held where they are layout if a call follows: the templates put
 #: a newline or a space between the text and a call, and the reference

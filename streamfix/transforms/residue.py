@@ -5,19 +5,17 @@ detector has already lifted every call it could), and only when the
 request offered tools: a reply to a request without tools is never
 rewritten. It removes from ``content`` only what is unmistakably markup:
 
-- **special tokens** of the model families, leaked by a server that does
-  not skip them: any ``<|…|>`` token (ChatML ``<|im_end|>``, and
-  ``<|im_start|>`` with the role line after it, Llama 3
-  ``<|eot_id|>`` / ``<|python_tag|>``, Phi ``<|end|>``, harmony
-  ``<|channel|>`` / ``<|call|>``, Kimi ``<|tool_calls_section_begin|>``,
-  GLM ``<|observation|>``…, up to ``MAX_TOKEN`` characters, no spaces),
-  DeepSeek's fullwidth ``<｜…｜>`` tokens, Mistral's ``[TOOL_CALLS]``,
-  ``[ARGS]``, ``[CALL_ID]``…, Gemma's ``<end_of_turn>`` and Gemma 4's
-  ``<tool_call|>``, DeepSeek's DSML tags (``</｜DSML｜tool_calls>``), and an
-  unmatched ``</s>``;
-- **unmatched wrapper tags**: a closing ``</tool_call>``, ``</function>``…
-  with no opening tag before it in the reply, and an opening one with
-  nothing but whitespace after it at the end of the reply;
+- **special tokens**, leaked by a server that does not skip them: any
+  ``<|…|>`` or fullwidth ``<｜…｜>`` token (up to ``MAX_TOKEN``
+  characters, no spaces; a turn header with the role line after it),
+  ``<name|>``, and the tokens the families declare
+  in ``formats/`` (``RESIDUE``: bracketed control tokens such as
+  ``[TOOL_CALLS]``, bare words such as ``<end_of_turn>``, other whole
+  tokens);
+- **unmatched wrapper tags** (the families' ``Residue.wrappers``): a
+  closing ``</tool_call>``, ``</function>``… with no opening tag before it
+  in the reply, and an opening one with nothing but whitespace after it at
+  the end of the reply;
 - **empty fences** left behind by a lifted call: a ```` ``` ```` /
   ```` ```json ```` fence with only whitespace inside.
 
@@ -44,7 +42,7 @@ from typing import Final
 
 from ..context import Context
 from ..delta import Delta, take_each
-from ..formats.registry import all_reasoning
+from ..formats.registry import all_reasoning, all_residue
 from .codespans import CodeSpans
 
 #: Longest special token body (``<|reserved_special_token_250|>`` is 27).
@@ -54,57 +52,12 @@ MAX_TOKEN: Final = 64
 #: treated as the start of real content and released.
 MAX_PENDING: Final = 256
 
-#: Closing/opening tags that only ever wrap calls (Hermes/Qwen
-#: ``<tool_call>``, Qwen3-Coder ``<function=…>``/``<parameter=…>``, Llama
-#: ``<function=…>``, xLAM/others ``<tool_calls>``, ``<function_call>``,
-#: ``<tools>``, ``<tool_response>``) and ``s`` (``</s>``, the EOS token).
-WRAPPERS: Final = frozenset(
-    {
-        "tool_call",
-        "tool_calls",
-        "function_call",
-        "function_calls",
-        "functions",
-        "tools",
-        "function",
-        "parameter",
-        "tool_response",
-        "tool_use",
-        "s",
-        # Family wrappers (streamfix/formats): MiniMax, DeepSeek V4's
-        # wrapper-less invoke, Seed-OSS, LongCat, Nemotron.
-        "invoke",
-        "minimax:tool_call",
-        "minimax:toolcall",
-        "seed:tool_call",
-        "longcat_tool_call",
-        "TOOLCALL",
-    }
-)
-#: Bracketed control tokens of Mistral's tokenizers (v3+, tekken).
-BRACKET_TOKENS: Final = frozenset(
-    {
-        "TOOL_CALLS",
-        "ARGS",
-        "CALL_ID",
-        "TOOL_RESULTS",
-        "/TOOL_RESULTS",
-        "TOOL_CONTENT",
-        "AVAILABLE_TOOLS",
-        "/AVAILABLE_TOOLS",
-        "INST",
-        "/INST",
-        "SYSTEM_PROMPT",
-        "/SYSTEM_PROMPT",
-        "/TOOL_CALL",  # closes MiniMax's arrow block (its opener may be prose)
-    }
-)
-#: Bare-word special tokens (Gemma, FunctionGemma).
-NAMED_TOKENS: Final = frozenset(
-    {"end_of_turn", "start_of_turn", "start_function_call", "end_function_call"}
-)
-#: The bars DeepSeek's DSML tags are written with across versions.
-_BAR = r"(?:｜{1,2}|‖|\|)"
+#: What the families declare as leftover markup (``formats.base.Residue``:
+#: wrapper tags, bracketed control tokens, bare-word tokens, other tokens).
+_FAMILIES: Final = all_residue()
+WRAPPERS: Final = frozenset(_FAMILIES.wrappers)
+BRACKET_TOKENS: Final = frozenset(_FAMILIES.brackets)
+NAMED_TOKENS: Final = frozenset(_FAMILIES.words)
 
 #: Plain-text pieces batched before their line/last-character state is
 #: updated (bounded memory; see ``ResidueStripper._settle``).
@@ -115,22 +68,24 @@ _CAND = re.compile(
     r"<\|[^\s|<>]{1," + _T + r"}\|>"
     r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
     r"|\[(/?[A-Z_]{2,24})\]"
-    r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1," + _T + r"}|\|)?>"
-    r"|</" + _BAR + r"DSML" + _BAR + r"[a-z_]{1,24}>"
-    r"|`{3,}"
+    r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1,"
+    + _T
+    + r"}|\|)?>"
+    + (f"|(?P<token>{'|'.join(_FAMILIES.tokens)})" if _FAMILIES.tokens else "")
+    + r"|`{3,}"
 )
 #: A suffix that could still grow into a candidate (held back).
 _PARTIAL = re.compile(
     r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
     r"|｜[^\s｜<>]{0," + _T + r"}｜?"
     r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0," + _T + r"}|\|)?"
-    r"|/" + _BAR + r"[^\s<>]{0,40})?\Z"
+    r")?\Z"
     r"|\[/?[A-Z_]{0,24}\Z"
-    r"|`{1,2}\Z"
+    r"|`{1,2}\Z" + "".join("|" + t for t in _FAMILIES.partials)
 )
-#: ChatML's turn header (``<|im_start|>assistant`` + newline), stripped
-#: whole: leaving the role word would show users a stray "assistant".
-IM_START: Final = "<|im_start|>"
+#: Turn headers the families declare (``Residue.headers``): stripped with
+#: the role line after them, as a stray "assistant" would show users.
+HEADERS: Final = frozenset(_FAMILIES.headers)
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 _ROLE = re.compile("(?:" + "|".join(_ROLES) + ")\n")
 _ROLE_MAX = max(len(r) for r in _ROLES) + 1
@@ -141,8 +96,8 @@ _TRIGGER = re.compile(r"[<\[`]")
 @lru_cache(maxsize=1)
 def _channel_ends() -> dict[str, tuple[str, ...]]:
     """The families' channel end markup (``formats.base.Reasoning.ends``,
-    Kimi K3's ``<|close|>response<|sep|>``) by its first token: stripped
-    whole, as the role line after ``<|im_start|>`` is."""
+    e.g. ``<|close|>response<|sep|>``) by its first token: stripped
+    whole, as a turn header's role line is."""
     ends: dict[str, list[str]] = {}
     for r in all_reasoning():
         for e in r.ends:
@@ -328,7 +283,7 @@ class ResidueStripper:
                     out.append(text[pos:i])  # undecided: hold from the token
                     self._held = text[i:]
                     return "".join(out)
-            if m.group() == IM_START:
+            if m.group() in HEADERS:
                 # ChatML's turn header: the role line after it is debris too.
                 rest = text[end : end + _ROLE_MAX]
                 role = _ROLE.match(rest)
@@ -354,8 +309,8 @@ class ResidueStripper:
         """What a candidate match is: ``special_token``, ``open``,
         ``close``, or None (ordinary text)."""
         g = m.group()
-        if g[1] in "|｜" or g.endswith("|>") or "DSML" in g:
-            # <|token|>, <｜token｜>, Gemma 4's <tool_call|>, a DSML tag
+        if g[1] in "|｜" or g.endswith("|>") or m.group("token"):
+            # <|token|>, <｜token｜>, <tool_call|>, a token a family declares
             return "special_token"
         if g[0] == "[":
             return "special_token" if m.group(1) in BRACKET_TOKENS else None

@@ -5,7 +5,7 @@ it, and the repair chain works on its chunks). A door is three pure
 pieces, one module per wire format:
 
 - a request translator: the client's body -> a chat-completions body
-  (``messages.to_chat``, ``responses.to_chat``), plus what the reply needs
+  (``messages.MessagesDoor``, ``responses.ResponsesDoor``), plus what the reply needs
   to know about the request (tool names to map back, the model name);
 - a sans-I/O encoder fed the *repaired* chat SSE bytes, exactly as the
   proxy would have written them to a chat client, returning the door's
@@ -15,7 +15,7 @@ pieces, one module per wire format:
 
 The proxy routes a door's request through its one chat path (budgets,
 failover, asking again, the repair chain) and swaps the last step, the
-bytes written to the client, for the door's encoder. ``chat.py`` holds
+bytes written to the client, for the door's encoder. ``turn.py`` holds
 what both doors share: reading repaired chat SSE into turn events.
 """
 

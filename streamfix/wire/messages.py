@@ -4,7 +4,7 @@ Request side (``MessagesDoor``, pure): ``system`` (a string or text
 blocks), messages with text, image, ``tool_use``, ``tool_result`` and
 thinking blocks, ``system`` messages in the middle of ``messages`` (Claude
 Code sends one for models it does not know: merged into the leading system
-message, see ``chat.merge_system``), tools with ``input_schema``,
+message, see ``turn.merge_system``), tools with ``input_schema``,
 ``tool_choice``, ``max_tokens`` (the proxy clamps it like any chat
 request), ``stop_sequences``, ``thinking`` (enabled or adaptive: asked as
 ``reasoning_effort``). Server tools (``web_search_…``, ``bash_…``) cannot
@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import RequestError
-from .chat import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
+from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
 #: HTTP status -> Anthropic error type (their error shape's ``type``).
 ERROR_TYPES = {

@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 
 from ..errors import RequestError
-from .chat import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
+from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
 #: Joins a namespace and a nested tool's name into the chat function name.
 NAMESPACE_SEP = "__"

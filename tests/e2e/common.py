@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.streamutil import Assembled, assemble
+from tests.support.streamutil import Assembled, assemble
 
 GET_WEATHER = {
     "type": "function",

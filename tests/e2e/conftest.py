@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from streamfix.local import INSTALL_HINT, AppThread, LocalServer, available
+from streamfix.tools.local import INSTALL_HINT, AppThread, LocalServer, available
 from tests.e2e.relay import RecordingRelay
 
 #: Seconds between the server's ``: ping`` comments during the tests (its

@@ -23,7 +23,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tests.streamutil import Assembled, assemble
+from tests.support.streamutil import Assembled, assemble
 
 #: Request and response headers a relay must not copy (hop-by-hop, or
 #: describing the body framing, which aiohttp redoes).

@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 import pytest
 
-from streamfix.local import AppThread, LocalServer
-from tests.streamutil import chunk, sse, text_stream
-from tests.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
+from streamfix.tools.local import AppThread, LocalServer
+from tests.support.streamutil import chunk, sse, text_stream
+from tests.support.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app
 
 from .agents import agent_bin, run_claude, run_codex
 from .conftest import need_local_server

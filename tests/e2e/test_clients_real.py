@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 
-from streamfix.local import AppThread
+from streamfix.tools.local import AppThread
 from tests.e2e.common import GET_WEATHER, TOOL_AS_TEXT_MESSAGES, valid_calls_in
 from tests.e2e.relay import RecordingRelay
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from streamfix.local import LocalServer
-from streamfix.probe import CASES, probe, render
+from streamfix.tools.local import LocalServer
+from streamfix.tools.probe import CASES, probe, render
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from streamfix.local import AppThread, LocalServer
+from streamfix.tools.local import AppThread, LocalServer
 from tests.e2e.common import (
     GET_WEATHER,
     LOOP_REQUEST,
@@ -26,7 +26,7 @@ from tests.e2e.common import (
 )
 from tests.e2e.conftest import PING_INTERVAL, ProxyFactory
 from tests.e2e.relay import RecordingRelay
-from tests.streamutil import assemble
+from tests.support.streamutil import assemble
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..wire import Encoder
-from . import record
+from ...wire import Encoder
+from .. import record
 
 #: Repaired bytes held back while a re-ask is still possible. A reply
 #: whose held part grows past this is committed (streamed as is): holding

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from ..errors import RequestError
-from .table import tenant_label
+from ...errors import RequestError
+from ..upstream.table import tenant_label
 
 if TYPE_CHECKING:
-    from .proxy import Proxy
+    from ..proxy import Proxy
 
 #: Most tools one request may offer, and longest tool name (characters).
 #: The detector builds one matcher per distinct set of tool names (about

@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
-from .budget import UpstreamInfo
-from .config import UpstreamConfig
+from ..config import UpstreamConfig
+from .engines import UpstreamInfo
 
 log = logging.getLogger("streamfix.upstreams")
 

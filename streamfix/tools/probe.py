@@ -12,7 +12,7 @@ content. What no repair can see is read from the reply itself: structured
 calls split into pieces or with their name repeated in every piece (which a
 client's merge turns into ``get_weatherget_weather``), reasoning in its own
 field. The window and the engine come from the proxy's own probe
-(``server.budget.probe_upstream``).
+(``server.upstream.engines.probe_upstream``).
 
 The printed table has one row per request and mode: what the backend did,
 and what a client behind streamfix gets instead. Exit status: 0 when the
@@ -33,14 +33,15 @@ from typing import Any, TextIO
 import aiohttp
 import orjson
 
-from .chain import Chain
-from .context import Context, Report
-from .demo import TOOLS, Seen, assemble
-from .errors import UpstreamProtocolError
+from ..chain import Chain
+from ..context import Context, Report
+from ..errors import UpstreamProtocolError
+from ..server.upstream.budget import BudgetPolicy, clamp_request
+from ..server.upstream.engines import probe_upstream, window_from_error
+from ..session import SSESession
+from ..sse import DONE, SSEDecoder
 from .replay import seen_of_completion
-from .server.budget import BudgetPolicy, clamp_request, probe_upstream, window_from_error
-from .session import SSESession
-from .sse import DONE, SSEDecoder
+from .seen import TOOLS, Seen, assemble
 
 #: Seconds one request may take (a 135M model on two cores writes about a
 #: hundred tokens a second; the longest request asks for 300).

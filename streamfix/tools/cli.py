@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__
-from .server.config import SETTINGS, ConfigError, ServerConfig, build_config, settings_epilog
+from .. import __version__
+from ..server.config import SETTINGS, ConfigError, ServerConfig, build_config, settings_epilog
 
 
 def _add_serve(sub: Any) -> None:
@@ -122,7 +122,7 @@ def _run(
 ) -> None:
     from aiohttp import web
 
-    from .server.app import create_app
+    from ..server.app import create_app
 
     logging.basicConfig(
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 from aiohttp import web
 
-from ..errors import RequestError
-from .proxy import PROXY, table_of
-from .replies import failure_response, json_error, read_reply
-from .table import Table, model_not_found, tenant_label, tenant_of
-from .upstreams import Upstream, UpstreamFailure, response_headers
+from ...errors import RequestError
+from ..exchange import Exchange
+from ..scope import Scope
+from ..upstream.pool import Upstream
+from ..upstream.table import model_not_found
 
 #: The ``created`` of every listed model: the proxy does not know when the
 #: upstream's model was made, and a made-up time would be worse than none.
@@ -44,8 +43,8 @@ def model_card(name: str, kind: str, rows: list[Upstream]) -> dict[str, Any]:
     }
 
 
-def _listed(request: web.Request, table: Table, model: str | None) -> web.Response:
-    cards = [model_card(n, k, rows) for n, k, rows in table.visible(tenant_of(request))]
+def _listed(scope: Scope, model: str | None) -> web.Response:
+    cards = [model_card(n, k, rows) for n, k, rows in scope.table.visible(scope.tenant)]
     if model is None:
         body: dict[str, Any] = {"object": "list", "data": cards}
     else:
@@ -57,16 +56,15 @@ def _listed(request: web.Request, table: Table, model: str | None) -> web.Respon
 
 
 async def models(request: web.Request) -> web.StreamResponse:
-    proxy = request.app[PROXY]
-    table = table_of(request)
+    scope = Scope.of(request, "models")
     model = request.match_info.get("model")
-    if table.has_names:
+    if scope.table.has_names:
         try:
-            out = _listed(request, table, model)
+            out = _listed(scope, model)
         except RequestError as exc:
-            proxy.count("models", False, exc.status, tenant_label(request))
+            scope.count(exc.status)
             raise
-        proxy.count("models", False, 200, tenant_label(request))
+        scope.count(200)
         return out
     path = "/models"
     if model is not None:
@@ -76,25 +74,15 @@ async def models(request: web.Request) -> web.StreamResponse:
         if any(seg in ("", ".", "..") for seg in model.split("/")):
             raise web.HTTPNotFound(text=f"no model {model!r}")
         path += "/" + quote(model, safe="/:@")
-    async with proxy.slot():
-        try:
-            up, resp = await proxy.send(
-                "GET", path, request, lambda up: None, table.catch_all.get("chat")
-            )
-        except UpstreamFailure as f:
-            return failure_response(f)
-        try:
-            body = await read_reply(resp)
-            out = web.Response(
-                status=resp.status, body=body, headers=response_headers(resp.headers)
-            )
-            out.content_type = resp.content_type
-            proxy.count("models", False, resp.status, tenant_label(request))
-            return out
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            proxy.upstream_error(up, "died_midstream")
-            return json_error(
-                502, f"upstream {up.name} failed: {type(exc).__name__}", "upstream_error"
-            )
-        finally:
-            resp.close()
+    async with scope.proxy.slot():
+        return await scope.answer(_relay(scope, path))
+
+
+async def _relay(scope: Scope, path: str) -> web.StreamResponse:
+    ex = await Exchange.open(
+        scope, path, None, method="GET", rows=scope.table.catch_all.get("chat")
+    )
+    body = await ex.whole()
+    out = web.Response(status=ex.resp.status, body=body, headers=ex.headers)
+    out.content_type = ex.resp.content_type
+    return out

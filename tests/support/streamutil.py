@@ -16,7 +16,7 @@ import streamfix
 
 #: Raw SSE recorded from llama.cpp's server with SmolLM2-135M (see the README
 #: beside them for how and with which server version).
-CAPTURES = Path(__file__).resolve().parent / "captures" / "llama-cpp-python-smollm2"
+CAPTURES = Path(__file__).resolve().parent.parent / "captures" / "llama-cpp-python-smollm2"
 
 
 def tool(

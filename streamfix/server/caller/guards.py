@@ -8,10 +8,11 @@ import logging
 
 from aiohttp import web
 
-from ..errors import RequestError
-from .proxy import PROXY, Handler
+from ...errors import RequestError
+from ...middleware import Handler
+from ..proxy import PROXY
+from ..upstream.table import TABLE, TENANT
 from .replies import STATUS_TYPES, json_error
-from .table import TABLE, TENANT
 
 #: Routes open without a key unless ``protect_status`` is set.
 STATUS_PATHS = frozenset({"/healthz", "/metrics"})
@@ -55,7 +56,7 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
         )
     except Exception:
         # A bug of ours: an OpenAI-shaped 500 rather than aiohttp's plain
-        # text one (a streamed reply already begun ends in ``chat.pump``).
+        # text one (a streamed reply already begun ends in ``exchange.Exchange.pump``).
         if request.writer.output_size > 0:
             raise
         log.exception("internal error on %s %s", request.method, request.path)

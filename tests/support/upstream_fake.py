@@ -31,7 +31,7 @@ from typing import Any, Self
 import orjson
 from aiohttp import web
 
-from streamfix.local import free_port
+from streamfix.tools.local import free_port
 
 from .streamutil import chunk, sse
 

@@ -9,7 +9,7 @@ tools, and, when the fixture says whether thinking was on, the
 llama.cpp all take ``enable_thinking``). A fixture tagged ``truncated``
 ended at the token limit: its finish reason is ``length``.
 
-Used by ``tests/test_conformance.py`` and by ``python -m tests.conformance``
+Used by ``tests/test_conformance.py`` and by ``python -m tests.support.conformance``
 (the per-family table in the README).
 """
 

@@ -32,12 +32,12 @@ from typing import Any, TextIO
 
 import orjson
 
-from .chain import Chain
-from .context import Context, Options
-from .demo import Seen, assemble, describe
-from .errors import UpstreamProtocolError
-from .server.record import FORMAT, decode_bytes, report_dict
-from .session import SSESession
+from ..chain import Chain
+from ..context import Context, Options
+from ..errors import UpstreamProtocolError
+from ..server.record import FORMAT, decode_bytes, report_dict
+from ..session import SSESession
+from .seen import Seen, assemble, describe
 
 #: The repairs ``--without`` can switch off (``Options``' switches).
 REPAIRS = ("lift", "strip", "split_reasoning", "repetition")
@@ -208,7 +208,7 @@ def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcom
             fixed, ctx = replay_completion(body, options, b"".join(reads), _last_error(then))
             report = ctx.report
             if stream and "error" not in fixed:
-                from .server.replies import completion_to_sse  # the proxy's own encoding
+                from ..server.caller.replies import completion_to_sse
 
                 now = assemble(completion_to_sse(fixed))
             else:

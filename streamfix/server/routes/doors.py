@@ -2,7 +2,7 @@
 
 Each door handler reads the body, has ``streamfix.wire`` translate it to
 a chat-completions body (a RequestError is a 400 in the door's own error
-shape), and hands both to ``chat.serve_chat``: the same budgets,
+shape), and hands both to ``routes.chat.serve_chat``: the same budgets,
 failover, asking again and repair chain as ``/v1/chat/completions``, with
 the reply encoded by the door. ``door_errors_mw`` gives every error
 answered on a door's path (the proxy's own, an upstream's relayed one, a
@@ -17,15 +17,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..errors import RequestError
-from ..wire import Door
-from ..wire.messages import MessagesDoor, reshape_error
-from ..wire.responses import ResponsesDoor
-from .budget import estimate_prompt_tokens
+from ...errors import RequestError
+from ...middleware import Handler
+from ...wire import Door
+from ...wire.messages import MessagesDoor, reshape_error
+from ...wire.responses import ResponsesDoor
+from ..caller.validate import validate_chat
+from ..proxy import PROXY, Proxy
+from ..scope import Scope
+from ..upstream.budget import estimate_prompt_tokens
+from ..upstream.table import tenant_label
 from .chat import serve_chat
-from .proxy import PROXY, Handler, Proxy, table_of
-from .table import tenant_label, tenant_of
-from .validate import validate_chat
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
@@ -74,7 +76,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
             proxy.count(endpoint, False, exc.status, tenant_label(request))
             raise
         proxy.metrics.count_report(door.dropped)
-        return await serve_chat(proxy, request, door.chat_body, door)
+        return await serve_chat(request, door.chat_body, door)
 
     return handle
 
@@ -87,8 +89,8 @@ async def count_tokens(request: web.Request) -> web.Response:
     if isinstance(body, dict):
         body = {**body, "max_tokens": 1, "stream": False}
     chat = MessagesDoor(body).chat_body
-    route = table_of(request).route("chat", chat.get("model"), tenant_of(request))
-    scale = route.rows[0].token_scale
+    scope = Scope.of(request, "count_tokens")
+    scale = scope.table.route("chat", chat.get("model"), scope.tenant).rows[0].token_scale
     tokens = max(1, round(estimate_prompt_tokens(chat) * scale))
     return web.json_response({"input_tokens": tokens})
 

@@ -11,10 +11,10 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..sse import DONE_EVENT, encode_data
-from . import record
-from .body import BodyReads
-from .upstreams import UpstreamFailure, error_body
+from ...sse import DONE_EVENT, encode_data
+from .. import record
+from ..upstream.body import BodyReads
+from ..upstream.pool import UpstreamFailure, error_body
 
 #: Largest non-streamed upstream reply read into memory (bytes). A whole
 #: completion is kilobytes, megabytes with logprobs; past this the

@@ -4,14 +4,14 @@ tenants.
 A request's ``model`` picks its rows: the rows whose public name it is
 (``UpstreamConfig.served``), or, for a name not in the table, the
 catch-all rows (those with no ``model``, the one-upstream setup). Within
-those rows the choice is by weight with failover (``upstreams.send``);
+those rows the choice is by weight with failover (``pool.send``);
 never across models. A tenant's key reaches only the public names the
 tenant lists; a name it may not use gets the very 404 an unknown name
 gets, so an error never tells one tenant what another has.
 
 The table is built whole from a ``ServerConfig`` and never changed: a
 reload (SIGHUP) builds a new one and swaps ``Proxy.table``; each request
-takes the table in force when it arrives (``table_of``) and keeps it to
+takes the table in force when it arrives (its ``Scope``) and keeps it to
 its end, so streams in flight finish on the rows they started with. What
 was probed or learned of a backend (``UpstreamConfig.identity``) carries
 over to the new table.
@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..errors import RequestError
-from .config import ServerConfig, TenantConfig
-from .upstreams import Upstream, UpstreamPool
+from ...errors import RequestError
+from ..config import ServerConfig, TenantConfig
+from .pool import Upstream, UpstreamPool
 
 #: OpenAI's own wording for a model a key cannot use, existing or not.
 NOT_FOUND: Final = "The model '{model}' does not exist or you do not have access to it."

@@ -26,15 +26,10 @@ from typing import Any
 
 from ..context import Report, tools_of
 from ..wire import Door
-from .budget import (
-    BudgetPolicy,
-    estimate_prompt_tokens,
-    fit_prompt,
-    prompt_tokens_from_error,
-    window_from_error,
-)
 from .metrics import Metrics
-from .upstreams import Upstream
+from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt
+from .upstream.engines import prompt_tokens_from_error, window_from_error
+from .upstream.pool import Upstream
 
 log = logging.getLogger("streamfix.server")
 
@@ -54,45 +49,24 @@ MAX_PURPOSE_CHARS = 200
 
 
 class Attempt:
-    """What one request's successive upstream attempts share."""
+    """What one request's successive upstream attempts share: the body
+    asked with (before each row's budget), and the reasons already used."""
 
-    __slots__ = (
-        "body",
-        "done",
-        "door",
-        "endpoint",
-        "labels",
-        "named",
-        "reasks",
-        "rows",
-        "soft",
-        "stream",
-        "tail",
-    )
+    __slots__ = ("body", "done", "door", "named", "reasks", "soft")
 
     def __init__(
         self,
         body: dict[str, Any],
         soft: bool,
-        stream: bool,
         door: Door | None = None,
-        rows: list[Upstream] | None = None,
-        labels: tuple[str, str] = ("-", "-"),
         named: bool = False,
     ) -> None:
         self.body = body  # sent upstream (before the per-upstream budget)
-        self.soft = soft
+        self.soft = soft  # held until a call; asked again without one
         self.named = named  # narrowed to the one tool tool_choice named
-        self.stream = stream
         self.door = door  # the front door the request came in by, if not chat
-        self.endpoint = "chat" if door is None else door.endpoint  # the metrics' label
-        self.rows = rows  # the eligible upstreams (the model's rows)
-        self.labels = labels  # the metrics' tenant and model
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
-        #: The end of a reply kept while the proxy looks into why it was
-        #: empty (see ``chat.diagnose_empty``).
-        self.tail = b""
 
 
 def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:

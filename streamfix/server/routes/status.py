@@ -9,8 +9,9 @@ import time
 import orjson
 from aiohttp import web
 
-from .metrics import CONTENT_TYPE_LATEST
-from .proxy import PROXY, table_of
+from ..metrics import CONTENT_TYPE_LATEST
+from ..proxy import PROXY
+from ..scope import Scope
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -27,7 +28,7 @@ async def healthz(request: web.Request) -> web.Response:
             "reasoning": u.info.reasoning,
             **({"dimensions": u.dimensions} if u.cfg.kind == "embedding" else {}),
         }
-        for u in table_of(request).upstreams
+        for u in Scope.of(request, "healthz").table.upstreams
     ]
     return web.json_response(
         {"status": "ok", "upstreams": ups}, dumps=lambda o: orjson.dumps(o).decode()

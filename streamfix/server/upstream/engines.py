@@ -1,13 +1,9 @@
-"""Token budgets: what an upstream's context window is, and how many output
-tokens a request may ask for so that prompt + output fit in it.
-
-A client that asks a 32K model for ``max_tokens: 65536`` gets an opaque 400
-(vLLM, SGLang, llama.cpp) or a silently cut reply (Ollama). This module owns
-the three pieces the proxy needs to avoid that:
+"""What each engine is and says: its context window asked in its own
+dialect, the window and the prompt's size read out of its overflow errors,
+and the request fields only it accepts.
 
 - ``probe_upstream``: ask the server, in its own dialect, for its window and
   recognise which engine it is. Sources, per engine:
-
   * vLLM: ``GET /v1/models`` cards carry ``max_model_len`` and
     ``owned_by: "vllm"`` (``vllm/entrypoints/openai/protocol.py``,
     ``ModelCard``).
@@ -32,20 +28,17 @@ the three pieces the proxy needs to avoid that:
     ``tests/captures/llama-cpp-python-smollm2/models.json``); the window is
     learned from the first overflow error (``window_from_error``).
 
-- ``window_from_error``: read the window out of a context-overflow error body
-  (each engine words it differently; the table is in ``_WINDOW_PATTERNS``).
+- ``window_from_error`` and ``prompt_tokens_from_error``: read the window
+  and the prompt's size out of a context-overflow error body (each engine
+  words it differently; the table is in ``_WINDOW_PATTERNS``).
 
-- ``clamp_request``: lower ``max_tokens`` / ``max_completion_tokens`` so the
-  request fits, from a cheap over-estimate of the prompt's tokens.
-
-``engine_fields`` adds the engine-specific request fields the proxy may send:
-only to an engine known to accept them.
+- ``engine_fields``: the engine-specific request fields the proxy may send,
+  only to an engine known to accept them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,12 +48,10 @@ import aiohttp
 import orjson
 
 __all__ = [
-    "BudgetPolicy",
     "UpstreamInfo",
-    "clamp_request",
     "engine_fields",
-    "estimate_prompt_tokens",
     "probe_upstream",
+    "prompt_tokens_from_error",
     "window_from_error",
 ]
 
@@ -89,24 +80,6 @@ class UpstreamInfo:
     window: int | None  # context window in tokens, None if unknown
     engine: str | None  # one of ENGINES, None if not recognised
     reasoning: bool = False  # model known/configured to reason before answering
-
-
-@dataclass
-class BudgetPolicy:
-    """How the window is shared between prompt and output.
-
-    ``input_budget = window − output_reservation − safety_margin`` is what a
-    prompt may use while still leaving ``output_reservation`` tokens for the
-    reply; a clamped ``max_tokens`` never goes below ``floor`` (a request
-    whose prompt fills the window is the upstream's to refuse, not ours to
-    turn into a 1-token reply); ``reasoning_reserve`` is added to the output
-    allowance of a model that reasons before answering.
-    """
-
-    output_reservation: int = 1024
-    safety_margin: int = 64
-    floor: int = 256
-    reasoning_reserve: int = 2048
 
 
 # --------------------------------------------------------------------------
@@ -413,279 +386,6 @@ def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
                 return n
     return None
 
-
-# --------------------------------------------------------------------------
-# Estimating and clamping
-
-#: Characters per token for the estimate. Real English averages about 4
-#: characters per token on the Llama/Qwen/Mistral tokenizers; 3.5 makes the
-#: estimate an over-estimate, which is the safe side: it can only clamp
-#: too much, never too little.
-CHARS_PER_TOKEN = 3.5
-#: Each byte of a character beyond the first (UTF-8) adds this many tokens:
-#: a CJK character (3 bytes) counts 1/3.5 + 1 ≈ 1.3 tokens, above the
-#: ~0.7–1 token such characters take, so non-Latin text stays over-estimated.
-TOKENS_PER_EXTRA_BYTE = 0.5
-#: Chat-template tokens around each message (role markers, separators).
-MESSAGE_OVERHEAD = 8
-#: Tokens a chat template adds when tools are offered (the instructions
-#: around the tool list), beyond the tools' own JSON.
-TOOLS_OVERHEAD = 200
-#: An image or audio part: counted as this many tokens instead of its
-#: base64 text (which would count a 100 KB image as ~30K tokens).
-MEDIA_PART_TOKENS = 1024
-MEDIA_PART_TYPES = frozenset(
-    {"image_url", "input_image", "input_audio", "image", "audio", "file", "video_url"}
-)
-
-
-def _text_tokens(text: str) -> float:
-    n_chars = len(text)
-    if text.isascii():
-        return n_chars / CHARS_PER_TOKEN
-    extra = len(text.encode("utf-8", "surrogatepass")) - n_chars
-    return n_chars / CHARS_PER_TOKEN + extra * TOKENS_PER_EXTRA_BYTE
-
-
-def _json_tokens(value: Any) -> float:
-    try:
-        return _text_tokens(orjson.dumps(value).decode())
-    except TypeError:
-        return _text_tokens(str(value))
-
-
-def _content_tokens(content: Any) -> float:
-    if isinstance(content, str):
-        return _text_tokens(content)
-    if isinstance(content, list):
-        total = 0.0
-        for part in content:
-            if isinstance(part, dict):
-                kind = part.get("type")
-                if kind == "text" and isinstance(part.get("text"), str):
-                    total += _text_tokens(part["text"])
-                elif kind in MEDIA_PART_TYPES:
-                    total += MEDIA_PART_TOKENS
-                else:
-                    total += _json_tokens(part)
-            elif isinstance(part, str):
-                total += _text_tokens(part)
-        return total
-    if content is None:
-        return 0.0
-    return _json_tokens(content)
-
-
-def estimate_prompt_tokens(body: dict[str, Any]) -> int:
-    """A cheap over-estimate of the prompt's tokens.
-
-    Characters / 3.5 over every message's text fields (content, reasoning,
-    tool-call names and arguments), plus a per-message template overhead,
-    plus the offered tools' JSON and a tool-instruction overhead; media parts
-    count a fixed ``MEDIA_PART_TOKENS``. It errs high on purpose (see
-    ``CHARS_PER_TOKEN``): clamping a little too much costs a few tokens of
-    allowance, clamping too little costs the request.
-    """
-    total = 0.0
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for msg in messages:
-            total += MESSAGE_OVERHEAD
-            if not isinstance(msg, dict):
-                total += _json_tokens(msg)
-                continue
-            for key, value in msg.items():
-                if key == "content":
-                    total += _content_tokens(value)
-                elif key == "role":
-                    continue
-                elif isinstance(value, str):
-                    total += _text_tokens(value)
-                elif value is not None:
-                    total += _json_tokens(value)
-    tools = body.get("tools")
-    if isinstance(tools, list) and tools:
-        total += TOOLS_OVERHEAD + _json_tokens(tools)
-    if isinstance(body.get("functions"), list):  # legacy function calling
-        total += TOOLS_OVERHEAD + _json_tokens(body["functions"])
-    return math.ceil(total)
-
-
-#: The request fields that bound the output, in the order they are reported.
-OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens")
-
-
-def clamp_request(
-    body: dict[str, Any], window: int | None, policy: BudgetPolicy, *, reasoning: bool
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Fit the request's output allowance into ``window``.
-
-    For each of ``max_tokens`` and ``max_completion_tokens`` the client set
-    (a positive integer), the allowance becomes
-    ``min(requested [+ reasoning_reserve], max(floor, window − prompt − safety_margin))``
-    where ``prompt`` is ``estimate_prompt_tokens``. With ``reasoning`` the
-    requested value is first raised by ``policy.reasoning_reserve`` (within
-    the window), so the reasoning does not eat the answer.
-
-    A field the client did not send stays unset: every engine we probe
-    already defaults to "what fits" (vLLM: ``max_model_len − prompt``;
-    llama.cpp, Ollama, LM Studio: generate until the context is full), so
-    adding one could only shorten a reply.
-
-    Returns ``(body, info)``: ``body`` is a new dict when something changed
-    (the argument is never modified) and the argument itself otherwise;
-    ``info`` is None when nothing changed, else what happened, for metrics::
-
-        {"field": "max_tokens", "requested": 65536, "clamped": 32204,
-         "window": 32768, "prompt_estimate": 500, "input_budget": 31680,
-         "action": "clamped"}
-
-    (``fields`` lists every field changed when both were set; ``action`` is
-    ``"raised"`` when the reasoning reserve increased the value.)
-    """
-    if window is None or window <= 0:
-        return body, None
-    prompt = estimate_prompt_tokens(body)
-    available = max(policy.floor, window - prompt - policy.safety_margin)
-    changes: dict[str, Any] = {}
-    info: dict[str, Any] | None = None
-    for name in OUTPUT_FIELDS:
-        requested = body.get(name)
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested <= 0:
-            continue
-        target = requested + policy.reasoning_reserve if reasoning else requested
-        new = min(target, available)
-        if new == requested:
-            continue
-        changes[name] = new
-        if info is None:
-            info = {
-                "field": name,
-                "requested": requested,
-                "clamped": new,
-                "window": window,
-                "prompt_estimate": prompt,
-                "input_budget": window - policy.output_reservation - policy.safety_margin,
-                "action": "raised" if new > requested else "clamped",
-                "fields": [name],
-            }
-        else:
-            info["fields"].append(name)
-    if not changes:
-        return body, None
-    assert info is not None
-    if reasoning:
-        info["reasoning_reserve"] = policy.reasoning_reserve
-    if prompt > info["input_budget"]:
-        # The prompt alone leaves less than output_reservation: the reply
-        # may be short (or the upstream may refuse); say so in the metrics.
-        info["prompt_over_budget"] = True
-    return {**body, **changes}, info
-
-
-def _turns(messages: list[Any]) -> list[list[int]]:
-    """Indexes of the non-system messages, grouped into turns: a turn starts
-    at a user message and holds the assistant and tool messages after it,
-    so dropping a turn never leaves a tool result without its call."""
-    turns: list[list[int]] = []
-    for i, msg in enumerate(messages):
-        role = msg.get("role") if isinstance(msg, dict) else None
-        if role in ("system", "developer"):
-            continue
-        if role == "user" or not turns:
-            turns.append([i])
-        else:
-            turns[-1].append(i)
-    return turns
-
-
-#: What replaces the middle of a message too long to fit on its own.
-TRIM_MARK = "\n[… trimmed by streamfix to fit the model's context window …]\n"
-
-
-def fit_prompt(
-    body: dict[str, Any],
-    window: int | None,
-    policy: BudgetPolicy,
-    *,
-    scale: float = 1.0,
-    known_over: bool = True,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Make a prompt that cannot fit the window fit it, losing as little as
-    possible.
-
-    Used only when the prompt is known not to fit: the upstream refused it
-    (``context_length_exceeded``: ``known_over``), or (``known_over=False``)
-    the prompt's estimate times ``scale`` (the upstream's own count over our
-    estimate, learned from such an error) exceeds ``window − floor −
-    safety_margin``, so that not even the smallest reply would fit.
-    The target is ``input_budget = window − output_reservation −
-    safety_margin`` (at least ``floor``). The oldest turns go first (system
-    messages and the last turn are kept); if the last turn alone is still too
-    long, the middle of its longest text is cut, head and tail kept, marked
-    with ``TRIM_MARK``. Returns ``(body, info)``; ``info`` is None when
-    nothing changed (the argument is never modified).
-    """
-    messages = body.get("messages")
-    if not window or not isinstance(messages, list) or not messages:
-        return body, None
-    budget = max(policy.floor, window - policy.output_reservation - policy.safety_margin)
-
-    def cost(msgs: list[Any]) -> float:
-        return estimate_prompt_tokens({**body, "messages": msgs}) * scale
-
-    before = cost(messages)
-    if before <= budget or (
-        not known_over and before <= window - policy.floor - policy.safety_margin
-    ):
-        return body, None
-    keep = set(range(len(messages)))
-    turns = _turns(messages)
-    dropped = 0
-    for turn in turns[:-1]:
-        if cost([messages[i] for i in sorted(keep)]) <= budget:
-            break
-        keep.difference_update(turn)
-        dropped += len(turn)
-    out = [messages[i] for i in sorted(keep)]
-    truncated = 0
-    over = cost(out) - budget
-    if over > 0:
-        # The longest string content among the kept non-system messages.
-        best = -1
-        for j, msg in enumerate(out):
-            if (
-                isinstance(msg, dict)
-                and msg.get("role") not in ("system", "developer")
-                and isinstance(msg.get("content"), str)
-                and (best < 0 or len(msg["content"]) > len(out[best]["content"]))
-            ):
-                best = j
-        if best >= 0:
-            text: str = out[best]["content"]
-            # Characters to remove: tokens over budget, at the estimate's
-            # own rate, plus the mark and a little slack.
-            remove = min(len(text), int(over / scale * CHARS_PER_TOKEN) + len(TRIM_MARK) + 16)
-            head = (len(text) - remove) // 2
-            tail = len(text) - remove - head
-            new_text = text[:head] + TRIM_MARK + (text[len(text) - tail :] if tail else "")
-            out[best] = {**out[best], "content": new_text}
-            truncated = len(text) - head - tail
-    if not dropped and not truncated:
-        return body, None
-    info = {
-        "action": "trimmed",
-        "window": window,
-        "input_budget": budget,
-        "prompt_estimate": round(before),
-        "dropped_messages": dropped,
-        "truncated_chars": truncated,
-    }
-    return {**body, "messages": out}, info
-
-
-# --------------------------------------------------------------------------
-# Engine-specific request fields
 
 #: Engines that drop special tokens from ``content`` unless asked not to
 #: (``skip_special_tokens`` defaults to true in vLLM's and SGLang's sampling

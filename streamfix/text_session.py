@@ -220,6 +220,11 @@ class CompletionSession:
     def report(self) -> Report:
         return self.ctx.report
 
+    def finish(self) -> None:
+        """The stream is over for the client (an error event was sent
+        for it): later input is ignored."""
+        self.finished = True
+
     # -- the choices -------------------------------------------------------
 
     def _choice(self, index: int) -> _Choice | None:

@@ -1,0 +1,320 @@
+"""One exchange with an upstream: the body it is sent (budgeted for the row
+chosen), sending it (``upstream.pool.send``: weighted choice, failover,
+retries), the attempt recorded, the reply read whole or pumped through a
+stream session to the caller, and how it ended.
+
+Every endpoint that reaches an upstream goes through here, in one order::
+
+    Exchange.open(scope, path, body) ─► the row chosen, its response
+      ─► whole(): the reply read (bounded), or Answered(a 502/504)
+      ─► relayed(raw): an upstream's error for the caller
+      ─► pump(session, client, ready): each read through the session to
+         the caller (held until ``ready``), and how the stream ended
+
+A failure the caller must hear of is raised (``UpstreamFailure``: no row
+answered; ``scope.Answered``: a reply that could not be read) and answered
+in one place, ``Scope.answer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..context import UNOPENED_HOLD
+from ..errors import UpstreamProtocolError
+from ..session import error_event
+from . import record
+from .caller.replies import json_error, read_reply, relay_error
+from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
+from .proxy import Proxy
+from .reask import count_trim
+from .scope import Answered, Scope
+from .upstream.body import BodyReads
+from .upstream.budget import clamp_request, fit_prompt
+from .upstream.engines import engine_fields
+from .upstream.pool import (
+    ERROR_BODY_BYTES,
+    ReadWatch,
+    Upstream,
+    forward_headers,
+    response_headers,
+    send,
+)
+
+log = logging.getLogger("streamfix.server")
+
+
+class StreamSession(Protocol):
+    """What an exchange needs of a sans-I/O stream session (``SSESession``,
+    ``text_session.CompletionSession``)."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def saw_done(self) -> bool: ...
+    def feed(self, data: bytes) -> bytes: ...
+    def close(self) -> bytes: ...
+    def fail(self, exc: Exception) -> bytes: ...
+    def finish(self) -> None: ...
+
+
+def chain_options(up: Upstream) -> dict[str, Any]:
+    """The chain's options for a reply from ``up``: an upstream known to
+    reason (configured, or seen reasoning) gets the start of its replies
+    held for a reasoning section the prompt opened; for others the request
+    decides (``Options.unopened_reasoning_hold``)."""
+    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+
+
+def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
+    """``body`` naming the model as ``up``'s server knows it (a catch-all
+    row sends the client's name on)."""
+    model = up.cfg.model
+    if model is None or body.get("model") == model:
+        return body
+    return {**body, "model": model}
+
+
+def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
+    """The body for ``up``: the prompt fitted to its window, max_tokens
+    clamped, engine fields added. ``sent`` receives the final body and
+    what was clamped."""
+    base, trim = fit_prompt(
+        with_model(base, up), up.window, proxy.policy, scale=up.token_scale, known_over=False
+    )
+    if trim is not None:
+        count_trim(proxy.metrics, up, trim)
+    body, clamp = clamp_request(base, up.window, proxy.policy, reasoning=up.info.reasoning)
+    extra = engine_fields(body, up.info)
+    if extra:
+        body = {**body, **extra}
+    sent["body"] = body
+    sent["clamp"] = clamp
+    return orjson.dumps(body)
+
+
+def reply_failed(proxy: Proxy, up: Upstream, exc: Exception) -> web.Response:
+    """A whole reply that could not be read (the connection died or went
+    silent): counted, and the 502 (504 for a timeout) to answer."""
+    kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+    proxy.upstream_error(up, kind)
+    return json_error(
+        504 if kind == "timeout" else 502,
+        f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+        "upstream_error",
+        kind,
+    )
+
+
+@dataclass(slots=True)
+class Ended:
+    """How a pumped stream ended: ``error`` (None: it ended well), the
+    bytes that end it for the caller (``tail``, not yet written), and
+    whether the upstream sent anything at all."""
+
+    error: str | None
+    tail: bytes
+    got_data: bool
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One upstream's answer to one attempt of a request."""
+
+    scope: Scope
+    up: Upstream
+    resp: aiohttp.ClientResponse
+    #: What was sent: ``body`` (and ``clamp`` when budgeted).
+    sent: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    async def open(
+        cls,
+        scope: Scope,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        budget: bool = False,
+        method: str = "POST",
+        rows: list[Upstream] | None = None,
+        order: list[Upstream] | None = None,
+        retries: int | None = None,
+        recorded: bool = True,
+    ) -> Exchange:
+        """Send ``body`` (for each row tried: named as the row's model, and
+        with ``budget`` fitted to its window) to one of ``rows`` (default:
+        the scope's rows; ``order`` to try exactly these). Raises
+        ``UpstreamFailure`` when none answered usably."""
+        proxy = scope.proxy
+        sent: dict[str, Any] = {}
+        forward_auth = not scope.table.keys
+
+        def body_for(up: Upstream) -> bytes | None:
+            if body is None:
+                return None
+            if budget:
+                return budgeted(proxy, body, up, sent)
+            out = sent["body"] = with_model(body, up)
+            return orjson.dumps(out)
+
+        def headers_for(up: Upstream) -> CIMultiDict[str]:
+            h = forward_headers(scope.headers, up, forward_auth=forward_auth)
+            if method == "POST":
+                h["Content-Type"] = "application/json"
+            return h
+
+        up, resp = await send(
+            scope.table.pool,
+            proxy.client,
+            method,
+            path,
+            body_for=body_for,
+            headers_for=headers_for,
+            retries=proxy.cfg.retries if retries is None else retries,
+            backoff=proxy.cfg.backoff,
+            timeout=proxy.timeout,
+            on_error=proxy.upstream_error,
+            order=order,
+            rows=rows if rows is not None or order is not None else scope.rows or None,
+        )
+        ex = cls(scope, up, resp, sent)
+        if recorded:
+            record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, ex.options)
+        if sent.get("clamp"):
+            proxy.metrics.clamps.inc()
+            log.info("clamped for %s: %s", up.name, sent["clamp"])
+        return ex
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The chain's options for this upstream's reply."""
+        return chain_options(self.up)
+
+    @property
+    def ok(self) -> bool:
+        return self.resp.status == 200
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The reply's headers that are passed on to the caller."""
+        return response_headers(self.resp.headers)
+
+    def close(self) -> None:
+        self.resp.close()
+
+    async def whole(self) -> bytes:
+        """The whole reply (bounded); one that cannot be read raises
+        ``Answered`` with its 502/504. The response is closed."""
+        try:
+            return await read_reply(self.resp)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise Answered(reply_failed(self.scope.proxy, self.up, exc)) from None
+        finally:
+            self.resp.close()
+
+    async def error_body(self) -> bytes:
+        """The start of an error reply's body (``ERROR_BODY_BYTES``)."""
+        return await self.resp.content.read(ERROR_BODY_BYTES)
+
+    def relayed(self, raw: bytes) -> web.Response:
+        """This non-200 reply for the caller (``replies.relay_error``)."""
+        resp = self.resp
+        return relay_error(resp.status, raw, self.headers, resp.content_type, self.up.name)
+
+    def not_json(self, what: str, type_: str = "upstream_protocol_error") -> web.Response:
+        """A reply that is not the JSON ``what`` it should be: counted, 502."""
+        self.scope.proxy.upstream_error(self.up, "protocol")
+        return json_error(502, f"upstream {self.up.name} sent {what}", type_)
+
+    async def pump(
+        self, session: StreamSession, client: ClientStream, ready: Callable[[], bool]
+    ) -> Ended:
+        """Each read of the reply through ``session`` to ``client``: written
+        once the client stream is committed, held before that until
+        ``ready()`` (or ``MAX_HELD_BYTES``), with keep-alives meanwhile.
+        Stops at the session's end (a cut) and when the client has gone
+        (``ClientGone``). The bytes that end the stream are returned, not
+        written: the caller may still discard the attempt."""
+        proxy = self.scope.proxy
+        up = self.up
+        observe = proxy.metrics.chunk_seconds.observe
+        perf = time.perf_counter
+        got_data = False
+        watch = ReadWatch(self.resp, proxy.cfg.read_timeout)
+        try:
+            async for data in record.reads(BodyReads(self.resp.content)):
+                got_data = True
+                t0 = watch.last = perf()
+                out = session.feed(data)
+                observe(perf() - t0)
+                watch.busy = True  # writing to the client: not the upstream's silence
+                if out:
+                    if client.committed:
+                        await client.write(out)
+                    else:
+                        client.hold(out)
+                        if ready() or client.held_bytes > MAX_HELD_BYTES:
+                            await client.commit()
+                        else:
+                            await client.keepalive_if_due()
+                elif not client.committed:
+                    await client.keepalive_if_due()
+                watch.busy = False
+                if session.finished:
+                    break
+                if client.gone():
+                    raise ClientGone
+            error, tail = self._stream_end(session, got_data)
+        except (UpstreamProtocolError, TimeoutError, aiohttp.ClientError) as exc:
+            error, tail = self._stream_broke(session, exc)
+        except (ClientGone, asyncio.CancelledError):
+            raise
+        except Exception:  # a bug of ours: end the stream cleanly, loudly in the log
+            log.exception("internal error while repairing a stream from %s", up.name)
+            error = "internal error"
+            session.finish()
+            tail = error_event("streamfix internal error", "internal_error")
+        finally:
+            watch.cancel()
+        return Ended(error, tail, got_data)
+
+    def _stream_end(self, session: StreamSession, got_data: bool) -> tuple[str | None, bytes]:
+        """A stream whose reads ran out: (the error, or None; the bytes that
+        end it). Without ``[DONE]`` it died (or was empty: some servers'
+        answer to a prompt over their window), and an error event ends it."""
+        if session.finished:
+            return None, b""
+        if session.saw_done:
+            return None, session.close()
+        up = self.up
+        kind = "died_midstream" if got_data else "empty_stream"
+        self.scope.proxy.upstream_error(up, kind)
+        error = (
+            f"upstream {up.name} ended the stream before [DONE]"
+            if got_data
+            else f"upstream {up.name} sent an empty stream"
+            " (llama.cpp does so when the prompt exceeds its context window)"
+        )
+        return error, session.fail(UpstreamProtocolError(error))
+
+    def _stream_broke(self, session: StreamSession, exc: Exception) -> tuple[str, bytes]:
+        """A stream that broke the protocol, timed out or lost its
+        connection: (the error, the bytes that end it)."""
+        proxy, up = self.scope.proxy, self.up
+        if isinstance(exc, UpstreamProtocolError):
+            proxy.upstream_error(up, "protocol")
+            return str(exc), session.fail(exc)
+        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
+        proxy.upstream_error(up, kind)
+        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
+        return error, session.fail(UpstreamProtocolError(error))

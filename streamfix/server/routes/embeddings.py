@@ -1,0 +1,35 @@
+"""``POST /v1/embeddings``: routed to the ``kind = "embedding"`` rows of the
+request's model, with the chat path's weights, failover, retries, slots,
+limits and error shapes. Nothing in an embedding needs repair: the reply
+is relayed as the upstream sent it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..caller.validate import read_request, validate_embeddings
+from ..exchange import Exchange
+from ..proxy import PROXY
+from ..scope import Scope
+
+ENDPOINT = "embeddings"
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    body = await read_request(request.app[PROXY], request, ENDPOINT, validate_embeddings)
+    scope = Scope.of(request, ENDPOINT)
+    scope.route("embedding", body.get("model"))
+    async with scope.proxy.slot():
+        return await scope.answer(_relay(scope, body))
+
+
+async def _relay(scope: Scope, body: dict[str, Any]) -> web.StreamResponse:
+    ex = await Exchange.open(scope, "/embeddings", body)
+    raw = await ex.whole()
+    if not ex.ok:
+        return ex.relayed(raw)
+    out = web.Response(body=raw, headers=ex.headers)
+    out.content_type = ex.resp.content_type
+    return out

@@ -1,0 +1,166 @@
+"""One request as the layers below its route see it.
+
+A ``Scope`` is built once, when a request reaches its endpoint: the
+proxy's state, the routing table the request started with (a reload
+meanwhile does not change it), whose key it came with, how it is counted
+(endpoint, streamed or not, tenant and model labels) and, once routed, the
+rows that may serve it. It is what is passed down instead of the
+``web.Request``, so that the exchange with an upstream (``exchange.py``)
+reads one object and no layer looks things up on the request again.
+
+``Scope.answer`` is where every endpoint's reply is finished: the
+``--request-timeout`` bound, a failure to reach any upstream or to read a
+reply turned into its error (a response before the stream began, an error
+event after it), a client that went away, and the status counted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDictProxy
+
+from ..errors import RequestError
+from ..session import error_event
+from .caller.replies import failure_response, json_error
+from .caller.stream import ClientGone, ClientStream
+from .config import TenantConfig
+from .proxy import PROXY, Proxy
+from .upstream.pool import Upstream, UpstreamFailure
+from .upstream.table import NO_TENANT, TABLE, TENANT, Table
+
+
+class Answered(Exception):
+    """The request is answered now with ``response`` (an upstream that
+    could not be read, an error to relay): raised from the depth where it
+    is known, answered by ``Scope.answer``."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+@dataclass(slots=True)
+class Scope:
+    """What one request carries down the path (see the module doc)."""
+
+    proxy: Proxy
+    table: Table
+    tenant: TenantConfig | None
+    #: The caller's headers: what is forwarded upstream is chosen from them.
+    headers: CIMultiDictProxy[str]
+    endpoint: str
+    stream: bool = False
+    #: The route's label for the metrics (``-`` until routed).
+    model: str = NO_TENANT
+    #: The rows that may serve the request, once routed.
+    rows: list[Upstream] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
+        proxy = request.app[PROXY]
+        table = request.get(TABLE)
+        return cls(
+            proxy,
+            table if table is not None else proxy.table,
+            request.get(TENANT),
+            request.headers,
+            endpoint,
+            stream,
+        )
+
+    @property
+    def tenant_label(self) -> str:
+        return self.tenant.name if self.tenant is not None else NO_TENANT
+
+    @property
+    def redact(self) -> Callable[[bytes], bytes] | None:
+        """Upstream keys out of what reaches the caller (None: no keys)."""
+        return self.table.redact if self.table.secrets else None
+
+    def count(self, status: int) -> None:
+        self.proxy.count(self.endpoint, self.stream, status, self.tenant_label, self.model)
+
+    def route(self, kind: str, model: Any) -> list[Upstream]:
+        """The rows of the request's table for ``model`` (``Table.route``);
+        a refusal (404 ``model_not_found``, 400 without a model) is counted
+        and raised."""
+        try:
+            route = self.table.route(kind, model, self.tenant)
+        except RequestError as exc:
+            self.count(exc.status)
+            raise
+        self.model = route.model
+        self.rows = route.rows
+        return self.rows
+
+    def client(self, request: web.Request, encoder: Any = None) -> ClientStream:
+        """The caller's streamed response, redacted as the table says."""
+        return ClientStream(request, encoder, self.redact)
+
+    async def answer(
+        self, run: Awaitable[web.StreamResponse], client: ClientStream | None = None
+    ) -> web.StreamResponse:
+        """What the endpoint answers: ``run`` within ``--request-timeout``,
+        its status counted once. When the time runs out, no upstream could
+        be reached, or a reply could not be used: an error response before
+        the reply began, else the stream (``client``) ends with an error
+        event. A streamed client that went away counts as 499 (nginx's
+        "client closed request")."""
+        limit = self.proxy.cfg.request_timeout
+        deadline = asyncio.timeout(limit if limit > 0 else None)
+        # A whole reply is counted once answered; a stream however it ends.
+        status: int | None = 200 if client is not None else None
+        try:
+            try:
+                async with deadline:
+                    out = await run
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                message = f"the request took longer than --request-timeout ({limit:g} s)"
+                out = await _error(
+                    client,
+                    json_error(504, message, "timeout", "request_timeout"),
+                    error_event(message, "timeout", "request_timeout"),
+                    quiet=True,
+                )
+            except UpstreamFailure as f:
+                out = await _error(
+                    client, failure_response(f), error_event(f.message, "upstream_error", f.kind)
+                )
+            except Answered as a:
+                out = a.response
+            status = out.status  # a 200 stream, or an error answered before it began
+            return out
+        except ClientGone:
+            assert client is not None
+            status = 499
+            return client.resp or web.Response(status=499)
+        except asyncio.CancelledError:
+            if client is not None:
+                status = 499
+            raise
+        finally:
+            if status is not None:
+                self.count(status)
+
+
+async def _error(
+    client: ClientStream | None, response: web.Response, event: bytes, quiet: bool = False
+) -> web.StreamResponse:
+    """``response`` when nothing was sent yet, else ``event`` ends the
+    stream already begun (``quiet``: a client gone meanwhile is not news)."""
+    if client is None or not client.prepared:
+        return response
+    try:
+        await client.commit()
+        await client.write(event)
+    except ClientGone:
+        if not quiet:
+            raise
+    return client.response
