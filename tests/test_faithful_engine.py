@@ -1,0 +1,222 @@
+"""What the model said reaches the client: nothing lost, nothing invented.
+
+Three ways the engine used to lose or change what the upstream sent:
+parallel calls that share ``"index": 0`` joined into one broken call; big
+integers in a call's arguments (an internal error, or a float); and JSON
+the SDKs accept (``-Infinity`` logprobs, lone surrogate escapes) read as a
+broken stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streamfix
+
+from .streamutil import assemble, chunk, run_sse, split_at, sse, tool
+from .upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
+
+WEATHER = tool("get_weather", {"city": {"type": "string"}})
+TWO = {"tools": [WEATHER, tool("get_time", {"tz": {"type": "string"}})]}
+
+
+def tc(
+    index: int | None = 0,
+    id: str | None = None,
+    name: str | None = None,
+    args: str | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if index is not None:
+        out["index"] = index
+    if id is not None:
+        out["id"] = id
+        out["type"] = "function"
+    fn: dict[str, Any] = {}
+    if name is not None:
+        fn["name"] = name
+    if args is not None:
+        fn["arguments"] = args
+    if fn:
+        out["function"] = fn
+    return out
+
+
+def stream_of(*pieces: list[dict[str, Any]], finish: str = "tool_calls") -> bytes:
+    return sse(
+        [chunk(role="assistant")] + [chunk(tool_calls=p) for p in pieces] + [chunk(finish=finish)]
+    )
+
+
+def pairs(calls: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
+    return [
+        (c["id"], c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in calls
+    ]
+
+
+async def post(url: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.post(url + "/chat/completions", json=payload) as r:
+        return r.status, await r.read()
+
+
+# -- 5. parallel calls that share "index": 0 ----------------------------------
+
+#: Two parallel calls, both at index 0, told apart only by their ids (as
+#: some servers stream them): id and name in each call's first piece.
+SHARED_INDEX = stream_of(
+    [tc(0, "call_a", "get_weather", "")],
+    [tc(0, args='{"city": ')],
+    [tc(0, args='"Paris"}')],
+    [tc(0, "call_b", "get_time", "")],
+    [tc(0, args='{"tz": "UTC"}')],
+)
+EXPECTED = [("call_a", "get_weather", {"city": "Paris"}), ("call_b", "get_time", {"tz": "UTC"})]
+
+
+def test_a_new_id_at_the_same_index_is_a_new_call() -> None:
+    out = run_sse(SHARED_INDEX, TWO)
+    a = assemble(out)
+    assert pairs(a.tool_calls) == EXPECTED
+    assert a.finish_reason == "tool_calls"
+    # Numbered per choice in the order emitted.
+    indexes = [
+        tc["index"]
+        for line in out.split(b"\n\n")
+        if line.startswith(b"data: {")
+        for ch in orjson.loads(line[6:])["choices"]
+        for tc in (ch.get("delta") or {}).get("tool_calls") or []
+    ]
+    assert indexes == [0, 1]
+
+
+def test_the_same_id_repeated_in_every_piece_is_one_call() -> None:
+    """llama.cpp's style: id and name in every piece of the same call; at
+    one shared index, two such calls are still two calls, each joined once."""
+    a = assemble(
+        run_sse(
+            stream_of(
+                [tc(0, "call_a", "get_weather", '{"city":')],
+                [tc(0, "call_a", "get_weather", ' "Oslo"}')],
+                [tc(0, "call_b", "get_weather", '{"city":')],
+                [tc(0, "call_b", "get_weather", ' "Rome"}')],
+            ),
+            TWO,
+        )
+    )
+    assert pairs(a.tool_calls) == [
+        ("call_a", "get_weather", {"city": "Oslo"}),
+        ("call_b", "get_weather", {"city": "Rome"}),
+    ]
+
+
+def test_a_new_id_starts_a_new_call_beside_calls_at_other_indexes() -> None:
+    """Pieces without an id go on with the last call started at their index."""
+    a = assemble(
+        run_sse(
+            stream_of(
+                [tc(0, "a", "get_weather", '{"city": ')],
+                [tc(1, "b", "get_time", '{"tz": "UTC"}')],
+                [tc(0, args='"Rome"}')],
+                [tc(0, "c", "get_weather", "{")],
+                [tc(0, args='"city": "Lima"}')],
+            ),
+            TWO,
+        )
+    )
+    assert pairs(a.tool_calls) == [
+        ("a", "get_weather", {"city": "Rome"}),
+        ("b", "get_time", {"tz": "UTC"}),
+        ("c", "get_weather", {"city": "Lima"}),
+    ]
+
+
+_call = st.tuples(
+    st.sampled_from(["Paris", "Oslo", "a b", 'q"x', "é"]),
+    st.booleans(),  # id and name repeated in every piece (llama.cpp)
+    st.lists(st.integers(1, 12), min_size=1, max_size=4),  # where its arguments are cut
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_call, min_size=1, max_size=4), st.lists(st.integers(0, 3000), max_size=20))
+def test_shared_index_split_invariance(
+    calls: list[tuple[str, bool, list[int]]], cuts: list[int]
+) -> None:
+    """Calls that all say index 0, each with its own id, come out as those
+    calls in that order, whatever their pieces and the byte-level split."""
+    frags: list[list[dict[str, Any]]] = []
+    expected = []
+    for n, (city, repeat, arg_cuts) in enumerate(calls):
+        cid = f"call_{n}"
+        text = orjson.dumps({"city": city}).decode()
+        expected.append((cid, "get_weather", {"city": city}))
+        for k, part in enumerate(split_at(text, arg_cuts)):
+            first = k == 0
+            frags.append(
+                [
+                    tc(
+                        0,
+                        cid if first or repeat else None,
+                        "get_weather" if first or repeat else None,
+                        part,
+                    )
+                ]
+            )
+    data = stream_of(*frags)
+    whole = assemble(run_sse(data, TWO))
+    assert pairs(whole.tool_calls) == expected
+    assert whole.finish_reason == "tool_calls"
+    split = assemble(run_sse(split_at(data, cuts), TWO))
+    assert (split.tool_calls, split.finish_reason) == (whole.tool_calls, whole.finish_reason)
+
+
+def shared_index_completion() -> dict[str, Any]:
+    return completion(
+        None,
+        [
+            {
+                "index": 0,
+                "id": "call_a",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "index": 0,
+                "id": "call_b",
+                "type": "function",
+                "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'},
+            },
+        ],
+        finish="tool_calls",
+    )
+
+
+def test_shared_index_in_a_whole_reply() -> None:
+    out = streamfix.fix_completion(shared_index_completion(), TWO)
+    assert pairs(out["choices"][0]["message"]["tool_calls"]) == EXPECTED
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_shared_index_through_the_proxy() -> None:
+    """Streamed and whole: both calls reach the client, and the upstream is
+    asked once (no empty reply to ask again for)."""
+    async with FakeUpstream(Reply.events(SHARED_INDEX)) as up, AppServer(proxy_app(up.url)) as px:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **TWO}
+        status, data = await post(px.url, {**body, "stream": True})
+        assert status == 200
+        a = assemble(data)
+        assert (pairs(a.tool_calls), a.finish_reason, a.done) == (EXPECTED, "tool_calls", True)
+        assert len(up.chat_requests) == 1
+        up.default = Reply.json(shared_index_completion())
+        status, data = await post(px.url, {**body, "stream": False})
+        assert status == 200
+        choice = orjson.loads(data)["choices"][0]
+        assert pairs(choice["message"]["tool_calls"]) == EXPECTED
+        assert choice["finish_reason"] == "tool_calls"
+        assert len(up.chat_requests) == 2
