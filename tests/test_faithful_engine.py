@@ -220,3 +220,105 @@ async def test_shared_index_through_the_proxy() -> None:
         assert pairs(choice["message"]["tool_calls"]) == EXPECTED
         assert choice["finish_reason"] == "tool_calls"
         assert len(up.chat_requests) == 2
+
+
+# -- 6. big integers ----------------------------------------------------------
+
+#: Beyond 64 bits, and not a power of two: a float cannot hold it.
+BIG = 2**70 + 1
+NUMBERS = {
+    "tools": [
+        tool("put", {"n": {"type": "integer"}, "note": {"type": "string"}}),
+        tool("any", {}),  # untyped: whatever the model wrote
+    ]
+}
+
+
+def one_call(args: str, name: str = "put") -> bytes:
+    return stream_of([tc(0, "call_1", name, args)])
+
+
+def args_of(data: bytes) -> str:
+    calls = assemble(data).tool_calls
+    assert len(calls) == 1, data[-400:]
+    arguments: str = calls[0]["function"]["arguments"]
+    return arguments
+
+
+def test_a_big_integer_that_needs_no_repair_passes_unchanged() -> None:
+    text = f'{{"n": {BIG}, "note": "x"}}'
+    assert args_of(run_sse(one_call(text), NUMBERS)) == text
+    assert args_of(run_sse(one_call(text, "any"), NUMBERS)) == text
+
+
+def test_a_big_integer_in_arguments_that_are_repaired_stays_exact() -> None:
+    # Single quotes: repaired, so written again; the integer stays itself.
+    out = run_sse(one_call(f"{{'n': {BIG}, 'note': 'x'}}"), NUMBERS)
+    assert orjson.loads(args_of(out).replace(str(BIG), '"BIG"')) == {"n": "BIG", "note": "x"}
+    assert str(BIG) in args_of(out)
+    # A big integer written as a string, for an integer parameter.
+    out = run_sse(one_call(f'{{"n": "{BIG}"}}'), NUMBERS)
+    assert args_of(out) == f'{{"n":{BIG}}}'
+
+
+def test_a_big_integer_in_a_call_written_as_text_stays_exact() -> None:
+    for name, key in (("put", "n"), ("any", "z")):
+        call = f'<tool_call>{{"name": "{name}", "arguments": {{"{key}": {BIG}}}}}</tool_call>'
+        data = sse([chunk(role="assistant"), chunk(call), chunk(finish="stop")])
+        out = run_sse(data, NUMBERS)
+        assert args_of(out) == f'{{"{key}":{BIG}}}'
+        assert assemble(out).finish_reason == "tool_calls"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 600), max_size=12))
+def test_a_big_integer_in_a_call_written_as_text_split_anywhere(cuts: list[int]) -> None:
+    call = f'<tool_call>{{"name": "any", "arguments": {{"z": {BIG}, "w": {-BIG}}}}}</tool_call>'
+    pieces = split_at(call, [c % len(call) for c in cuts])
+    data = sse([chunk(role="assistant")] + [chunk(p) for p in pieces] + [chunk(finish="stop")])
+    assert args_of(run_sse(split_at(data, cuts), NUMBERS)) == f'{{"z":{BIG},"w":{-BIG}}}'
+
+
+def test_coercion_never_goes_through_a_float() -> None:
+    from streamfix.args import convert_value
+
+    integer, number = {"type": "integer"}, {"type": "number"}
+    assert convert_value("5", integer) == 5
+    assert convert_value(str(BIG), integer) == BIG
+    assert convert_value(str(BIG), number) == BIG
+    assert convert_value(f"-{BIG}", number) == -BIG
+    assert convert_value(5.0, integer) == 5
+    # 1e30 as an int would be 1000000000000000019884624838656: left a float.
+    assert convert_value(1e30, integer) == 1e30
+    assert isinstance(convert_value(1e30, integer), float)
+    # Text for a number that no float holds stays text (not null, not inf).
+    assert convert_value("1e999", number) == "1e999"
+
+
+def big_completion(arguments: str) -> dict[str, Any]:
+    call = {"id": "c1", "type": "function", "function": {"name": "put", "arguments": arguments}}
+    return completion(None, [call], finish="tool_calls")
+
+
+def test_a_big_integer_in_a_whole_reply() -> None:
+    for given_, expected in (
+        (f'{{"n": {BIG}}}', f'{{"n": {BIG}}}'),  # no repair: unchanged
+        (f'{{"n": "{BIG}"}}', f'{{"n":{BIG}}}'),  # converted by schema
+        (f"{{'n': {BIG}}}", f'{{"n":{BIG}}}'),  # repaired
+    ):
+        out = streamfix.fix_completion(big_completion(given_), NUMBERS)
+        assert out["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == expected
+
+
+async def test_a_big_integer_through_the_proxy() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **NUMBERS}
+    first = Reply.stream(one_call(f'{{"n": "{BIG}"}}'))
+    async with FakeUpstream(first) as up, AppServer(proxy_app(up.url)) as px:
+        status, data = await post(px.url, {**body, "stream": True})
+        assert status == 200
+        assert args_of(data) == f'{{"n":{BIG}}}'
+        up.default = Reply.json(big_completion(f"{{'n': {BIG}}}"))
+        status, data = await post(px.url, {**body, "stream": False})
+        assert status == 200, data
+        call = orjson.loads(data)["choices"][0]["message"]["tool_calls"][0]
+        assert call["function"]["arguments"] == f'{{"n":{BIG}}}'
