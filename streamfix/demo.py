@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from .jsoncodec import loads_lenient
 from .sse import DONE, SSEDecoder
 
 TOOLS = [
@@ -192,7 +193,7 @@ def assemble(data: bytes) -> Seen:
         if ev.data == DONE:
             seen.done = True
             continue
-        obj = orjson.loads(ev.data)
+        obj = loads_lenient(ev.data)  # as the SDK reads it
         seen.chunks += 1
         if "error" in obj:
             seen.errors.append(str(obj["error"].get("message")))

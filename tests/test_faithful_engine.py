@@ -9,8 +9,10 @@ broken stream.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import aiohttp
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,8 +61,6 @@ def pairs(calls: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
 
 
 async def post(url: str, payload: dict[str, Any]) -> tuple[int, bytes]:
-    import aiohttp
-
     async with aiohttp.ClientSession() as s, s.post(url + "/chat/completions", json=payload) as r:
         return r.status, await r.read()
 
@@ -322,3 +322,219 @@ async def test_a_big_integer_through_the_proxy() -> None:
         assert status == 200, data
         call = orjson.loads(data)["choices"][0]["message"]["tool_calls"][0]
         assert call["function"]["arguments"] == f'{{"n":{BIG}}}'
+
+
+# -- 7. JSON the SDKs accept --------------------------------------------------
+
+
+def event(content: str, extra: str = "", finish: str = "null") -> bytes:
+    """One chunk's event written by hand: ``content`` is JSON string text
+    as it goes on the wire (escapes and all), ``extra`` more choice fields."""
+    return (
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"'
+        + content.encode()
+        + b'"},'
+        + extra.encode()
+        + b'"finish_reason":'
+        + finish.encode()
+        + b"}]}\n\n"
+    )
+
+
+def logprob(value: str) -> str:
+    return f'"logprobs":{{"content":[{{"token":"t","logprob":{value},"top_logprobs":[]}}]}},'
+
+
+#: What the OpenAI SDK (Python's ``json``) reads without complaint, strict
+#: decoders do not: non-finite logprobs and a lone surrogate escape.
+LENIENT = (
+    event("", finish="null")
+    + event("Hel", logprob("-Infinity"))
+    + event("lo", logprob("NaN"))
+    + event("\\ud800!", logprob("Infinity"))
+    + event(" end", logprob("-0.5"))
+    + event("", finish='"stop"')
+    + b"data: [DONE]\n\n"
+)
+
+
+def sdk_read(data: bytes) -> tuple[str, list[Any], str | None, bool]:
+    """What the SDK assembles (content, logprobs, finish, [DONE]), read with
+    Python's ``json`` as the SDK reads each event."""
+    content, probs, finish, done = "", [], None, False
+    for block in data.split(b"\n\n"):
+        if not block.startswith(b"data: "):
+            continue
+        if block == b"data: [DONE]":
+            done = True
+            continue
+        obj = json.loads(block[6:])
+        assert "error" not in obj, obj
+        for ch in obj["choices"]:
+            content += ch["delta"].get("content") or ""
+            lp = ch.get("logprobs")
+            probs += [t["logprob"] for t in (lp or {}).get("content") or []]
+            finish = ch.get("finish_reason") or finish
+    return content, probs, finish, done
+
+
+def test_lenient_json_needing_no_repair_passes_byte_for_byte() -> None:
+    assert run_sse(LENIENT, {}) == LENIENT
+    content, probs, finish, done = sdk_read(run_sse(LENIENT, {}))
+    assert (content, finish, done) == ("Hello\ud800! end", "stop", True)
+    assert str(probs) == "[-inf, nan, inf, -0.5]"
+    # With tools offered, text that needs no repair goes on as it came too.
+    assert run_sse(LENIENT, TWO) == LENIENT
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, len(LENIENT)), max_size=20))
+def test_lenient_json_split_anywhere(cuts: list[int]) -> None:
+    assert run_sse(split_at(LENIENT, cuts), {}) == LENIENT
+    assert run_sse(split_at(LENIENT, cuts), TWO) == LENIENT
+
+
+def test_a_lenient_chunk_that_is_changed_is_written_back_faithfully() -> None:
+    """The chain changes this chunk (a call written as text is lifted out of
+    it): its vendor fields, a lone surrogate in its text, a ``-Infinity``
+    logprob and an integer beyond 64 bits, are written back as they came."""
+    call = '<tool_call>{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Oslo\\"}}'
+    data = (
+        event("")
+        + event("Hi \\ud800 " + call, logprob("-Infinity") + f'"x_big":{BIG},')
+        + event("</tool_call>")
+        + event("", finish='"stop"')
+        + b"data: [DONE]\n\n"
+    )
+    for parts in (
+        [data],
+        [data[:i] for i in (len(data),)] + [b""],
+        split_at(data, range(0, 2000, 7)),
+    ):
+        out = run_sse(parts, TWO)
+        events = [json.loads(b[6:]) for b in out.split(b"\n\n") if b.startswith(b"data: {")]
+        text = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+        assert "".join(e["choices"][0]["delta"]["content"] for e in text).strip() == "Hi \ud800"
+        changed = [e["choices"][0] for e in events if e["choices"] and "x_big" in e["choices"][0]]
+        assert changed and all(ch["x_big"] == BIG for ch in changed)
+        assert changed[0]["logprobs"]["content"][0]["logprob"] == float("-inf")
+        assert b"-Infinity" in out and b"\\ud800" in out
+        calls = [
+            tc["function"]
+            for e in events
+            for ch in e["choices"]
+            for tc in ch["delta"].get("tool_calls") or []
+        ]
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+            ("get_weather", {"city": "Oslo"})
+        ]
+
+
+def lenient_reply(content: str = "Hi \\ud800") -> bytes:
+    return (
+        b'{"id":"c1","object":"chat.completion","created":1,"model":"m","x_big":'
+        + str(BIG).encode()
+        + b',"choices":[{"index":0,"message":{"role":"assistant","content":"'
+        + content.encode()
+        + b'"},'
+        + logprob("-Infinity").encode()
+        + b'"finish_reason":"stop"}]}'
+    )
+
+
+async def test_lenient_json_in_a_whole_reply_through_the_proxy() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    reply = Reply(body=lenient_reply(), content_type="application/json")
+    async with FakeUpstream(reply) as up, AppServer(proxy_app(up.url)) as px:
+        for body in (base, {**base, **TWO}):
+            status, data = await post(px.url, body)
+            assert status == 200, data
+            obj = json.loads(data)
+            ch = obj["choices"][0]
+            assert ch["message"]["content"] == "Hi \ud800"
+            assert ch["logprobs"]["content"][0]["logprob"] == float("-inf")
+            assert obj["x_big"] == BIG
+
+
+def test_lenient_json_in_text_completions() -> None:
+    from streamfix.completions import CompletionSession
+
+    def text_event(text: str, probs: str, finish: str = "null") -> bytes:
+        return (
+            b'data: {"id":"t1","object":"text_completion","choices":[{"index":0,"text":"'
+            + text.encode()
+            + b'","logprobs":{"token_logprobs":['
+            + probs.encode()
+            + b']},"finish_reason":'
+            + finish.encode()
+            + b"}]}\n\n"
+        )
+
+    data = (
+        text_event("Hel", "-Infinity")
+        + text_event("\\ud800", "NaN")
+        + text_event("", "", '"stop"')
+        + b"data: [DONE]\n\n"
+    )
+    for cut in range(len(data) + 1):
+        session = CompletionSession({"prompt": "x"})
+        out = session.feed(data[:cut]) + session.feed(data[cut:]) + session.close()
+        assert out == data, cut
+
+
+def test_the_doors_read_lenient_json() -> None:
+    from streamfix.wire.messages import MessagesDoor
+    from streamfix.wire.responses import ResponsesDoor
+
+    messages = MessagesDoor(
+        {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+    )
+    responses = ResponsesDoor({"model": "m", "input": "x"})
+    for door, kind in ((messages, "text_delta"), (responses, "response.output_text.delta")):
+        out = door.encoder().feed(LENIENT)
+        deltas = [
+            json.loads(line[6:])
+            for line in out.split(b"\n")
+            if line.startswith(b"data: ") and kind.encode() in line
+        ]
+        texts = [d["delta"]["text"] if "text" in d.get("delta", {}) else d["delta"] for d in deltas]
+        assert "".join(texts) == "Hello\ud800! end", out
+
+
+async def test_lenient_json_in_a_whole_reply_through_the_middleware() -> None:
+    """The server middleware repairs such a reply (here: a call written as
+    text is lifted) instead of leaving it unrepaired, and keeps the rest."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from streamfix.server.middleware import streamfix_middleware
+
+    call = (
+        '<tool_call>{\\"name\\": \\"get_weather\\", '
+        '\\"arguments\\": {\\"city\\": \\"Oslo\\"}}</tool_call>'
+    )
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=lenient_reply(call), content_type="application/json")
+
+    app = web.Application(middlewares=[streamfix_middleware()])
+    app.router.add_post("/v1/chat/completions", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **TWO}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(server.make_url("/v1/chat/completions"), json=body) as resp,
+        ):
+            status, data = resp.status, await resp.read()
+    finally:
+        await server.close()
+    assert status == 200
+    obj = json.loads(data)
+    ch = obj["choices"][0]
+    assert [c["function"]["name"] for c in ch["message"]["tool_calls"]] == ["get_weather"]
+    assert ch["logprobs"]["content"][0]["logprob"] == float("-inf")
+    assert obj["x_big"] == BIG

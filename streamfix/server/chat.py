@@ -46,6 +46,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .. import jsoncodec
 from ..chain import Chain
 from ..context import Context, tools_of
 from ..errors import UpstreamProtocolError
@@ -140,7 +141,7 @@ async def _chat_once_within(
                 resp.status, raw, response_headers(resp.headers), resp.content_type, up.name
             )
         try:
-            obj = orjson.loads(raw)
+            obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
         except orjson.JSONDecodeError:
             obj = None
         if not isinstance(obj, dict):
@@ -164,7 +165,7 @@ async def _chat_once_within(
             continue
         proxy.ask.settle(att, calls_in(fixed))
         reply = fixed if att.door is None else att.door.reply(fixed)
-        out = web.Response(body=orjson.dumps(reply), headers=response_headers(resp.headers))
+        out = web.Response(body=jsoncodec.dumps(reply), headers=response_headers(resp.headers))
         out.content_type = "application/json"
         return out
 
@@ -259,7 +260,7 @@ async def _json_as_stream(
     proxy: Proxy, up: Upstream, raw: bytes, client: ClientStream, client_body: dict[str, Any]
 ) -> web.StreamResponse:
     try:
-        obj = orjson.loads(raw)
+        obj = jsoncodec.loads_lenient(raw)
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):

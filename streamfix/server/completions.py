@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from .. import jsoncodec
 from ..completions import CompletionSession
 from ..errors import UpstreamProtocolError
 from ..sse import DONE_EVENT, encode_data
@@ -90,7 +91,7 @@ async def _whole(
     except (TimeoutError, aiohttp.ClientError) as exc:
         return proxy.reply_failed(up, exc)
     try:
-        obj = orjson.loads(raw)
+        obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
@@ -100,10 +101,10 @@ async def _whole(
         )
     fixed = session.complete(obj)
     if body.get("stream") is True:  # the client asked for a stream: one event
-        out = web.Response(body=encode_data(orjson.dumps(fixed)) + DONE_EVENT)
+        out = web.Response(body=encode_data(jsoncodec.dumps(fixed)) + DONE_EVENT)
         out.content_type = "text/event-stream"
         return out
-    out = web.Response(body=orjson.dumps(fixed), headers=response_headers(resp.headers))
+    out = web.Response(body=jsoncodec.dumps(fixed), headers=response_headers(resp.headers))
     out.content_type = "application/json"
     return out
 
