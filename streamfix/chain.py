@@ -19,8 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
-import orjson
-
+from . import jsoncodec
 from .chunks import CONTENT, REASONING, ChoiceView, ChunkView, DeltaView, plain_text, view_of
 from .context import Context
 from .delta import Delta, ToolCall, Transform
@@ -547,7 +546,9 @@ class Chain:
     def _original_obj(original: bytes | dict[str, Any]) -> dict[str, Any]:
         if isinstance(original, dict):
             return original
-        obj = orjson.loads(original)
+        # Read as the client would (a ``-Infinity`` logprob, a lone
+        # surrogate, a big integer kept exact), to be written back exactly.
+        obj = jsoncodec.loads_lenient(original)
         assert isinstance(obj, dict)
         return obj
 

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from . import jsoncodec
 from .errors import UpstreamProtocolError
 
 
@@ -69,20 +70,30 @@ _decode = _decoder.decode
 def decode_view(payload: bytes) -> ChunkView:
     """Decode the owned fields of one JSON chunk.
 
-    Raises UpstreamProtocolError when the payload is not JSON at all. A
-    chunk whose owned fields have odd types (``"index": "0"``) falls back
-    to a loose read of the same fields, since servers do send such things.
+    Raises UpstreamProtocolError when the payload is not JSON as the SDKs
+    read it (Python's ``json``). A chunk whose owned fields have odd types
+    (``"index": "0"``) falls back to a loose read of the same fields, since
+    servers do send such things; so does JSON that only the SDKs' lenient
+    reading accepts (a ``-Infinity`` logprob, a lone surrogate escape): the
+    strict decoder is tried first, so the common chunk pays nothing.
     """
     try:
         return _decode(payload)
     except msgspec.ValidationError:
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:  # pragma: no cover - decode() saw JSON
-            raise UpstreamProtocolError(f"chunk is not JSON: {exc}") from None
-        return view_of(obj)
+        pass
     except msgspec.DecodeError as exc:
-        raise UpstreamProtocolError(f"chunk is not JSON: {exc}; data: {payload[:200]!r}") from None
+        try:
+            obj = jsoncodec.loads_lenient(payload)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError(
+                f"chunk is not JSON: {exc}; data: {payload[:200]!r}"
+            ) from None
+        return view_of(obj)
+    try:
+        obj = jsoncodec.loads_lenient(payload)
+    except orjson.JSONDecodeError as exc:  # pragma: no cover - decode() saw JSON
+        raise UpstreamProtocolError(f"chunk is not JSON: {exc}") from None
+    return view_of(obj)
 
 
 #: The fields of a delta's text, as ``plain_text`` names them: content,
@@ -175,7 +186,7 @@ def _delta_of(d: Any) -> DeltaView | None:
                 args = fn.get("arguments")
                 if args is not None and not isinstance(args, str):
                     # Some servers send the arguments as an object.
-                    args = orjson.dumps(args).decode()
+                    args = jsoncodec.dumps(args).decode()
                 func = FunctionDelta(name=_as_str(fn.get("name")), arguments=args)
             idx = tc.get("index")
             calls.append(

@@ -54,6 +54,7 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_exceptions import ClientConnectionResetError
 from multidict import CIMultiDict
 
+from . import jsoncodec
 from .api import fix_completion
 from .context import Options, Report
 from .errors import UpstreamProtocolError
@@ -115,10 +116,13 @@ def _is_json(media_type: str) -> bool:
 def _repair_json(raw: bytes, request: dict[str, Any], options: dict[str, Any]) -> bytes | None:
     """The repaired bytes of a non-streamed completion, or None to leave
     ``raw`` as it is (not a chat completion, not JSON)."""
-    obj = _json_object(raw)
-    if obj is None or not isinstance(obj.get("choices"), list):
+    try:
+        obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
+    except orjson.JSONDecodeError:
         return None
-    return orjson.dumps(fix_completion(obj, request, **options))
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+        return None
+    return jsoncodec.dumps(fix_completion(obj, request, **options))
 
 
 def _repair_sse_body(raw: bytes, request: dict[str, Any], options: dict[str, Any]) -> bytes:

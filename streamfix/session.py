@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from . import jsoncodec
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
 from .chunks import CONTENT, ChoiceView, ChunkView, _decode, decode_view, plain_text
 from .context import Context, Report
@@ -603,5 +604,5 @@ class SSESession:
             elif o is KEEPALIVE:
                 parts.append(_KEEPALIVE_BYTES)
             else:
-                parts.append(encode_data(orjson.dumps(o)))
+                parts.append(encode_data(jsoncodec.dumps(o)))
         return b"".join(parts)

@@ -25,6 +25,7 @@ from typing import Any, Final
 import msgspec
 import orjson
 
+from . import jsoncodec
 from .chunks import _as_int, _as_str
 from .context import Context, Report
 from .delta import Delta
@@ -92,11 +93,18 @@ def _decode_chunk(payload: bytes) -> _TextChunk:
         return _decode(payload)
     except msgspec.ValidationError:
         try:
-            return _view_of(orjson.loads(payload))
-        except orjson.JSONDecodeError as exc:
+            return _view_of(jsoncodec.loads_lenient(payload))
+        except orjson.JSONDecodeError as exc:  # pragma: no cover - decode() saw JSON
             raise UpstreamProtocolError(f"chunk is not JSON: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise UpstreamProtocolError(f"chunk is not JSON: {exc}; data: {payload[:200]!r}") from None
+        # JSON only the SDKs' lenient reading accepts (a ``-Infinity``
+        # logprob, a lone surrogate) is read as they read it.
+        try:
+            return _view_of(jsoncodec.loads_lenient(payload))
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError(
+                f"chunk is not JSON: {exc}; data: {payload[:200]!r}"
+            ) from None
 
 
 def expected_choices(request: dict[str, Any] | None) -> int:
@@ -336,8 +344,8 @@ class CompletionSession:
         if results is None:
             out = ev.raw
         else:
-            obj = _rebuilt(orjson.loads(data), results)
-            out = encode_data(orjson.dumps(obj)) if obj["choices"] else b""
+            obj = _rebuilt(jsoncodec.loads_lenient(data), results)
+            out = encode_data(jsoncodec.dumps(obj)) if obj["choices"] else b""
         if self._over():  # (a normal finish may end the last open choice)
             self.finished = self.stopped = True
             out += DONE_EVENT
@@ -357,11 +365,11 @@ class CompletionSession:
                 choices.append(_choice_obj(base, d))
         if not choices:
             return b""
-        obj = orjson.loads(self._template) if self._template is not None else {}
+        obj = jsoncodec.loads_lenient(self._template) if self._template is not None else {}
         top = {k: v for k, v in obj.items() if k not in ("choices", "usage")}
         top.setdefault("object", "text_completion")
         top["choices"] = choices
-        return encode_data(orjson.dumps(top))
+        return encode_data(jsoncodec.dumps(top))
 
     # -- non-streamed --------------------------------------------------------
 

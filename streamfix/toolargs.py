@@ -11,10 +11,17 @@ halfway (``{"city":``) are *not* repaired: that call was never finished
 from __future__ import annotations
 
 import ast
+import math
 import re
 from typing import Any
 
 import orjson
+
+from . import jsoncodec
+
+#: JSON read with integers of any size exact (orjson reads one beyond 64
+#: bits as a float); raises ``orjson.JSONDecodeError``.
+_loads = jsoncodec.loads
 
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
@@ -38,7 +45,7 @@ def parse_value(text: str) -> Any:
     if not s:
         return INVALID
     try:
-        return orjson.loads(s)
+        return _loads(s)
     except orjson.JSONDecodeError:
         pass
     value = _repair(s)
@@ -56,7 +63,7 @@ def parse_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     if not s:
         return {}, text != "{}"
     try:
-        value: Any = orjson.loads(s)
+        value: Any = _loads(s)
         repaired = s != text
     except orjson.JSONDecodeError:
         value = _repair(s)
@@ -76,7 +83,7 @@ def _repair(s: str) -> Any:
     no_commas = _strip_trailing_commas(s)
     if no_commas != s:
         try:
-            return orjson.loads(no_commas)
+            return _loads(no_commas)
         except orjson.JSONDecodeError:
             pass
     value = _literal_eval(s)
@@ -156,8 +163,10 @@ def _strip_trailing_commas(s: str) -> str:
 
 
 def _json_safe(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, str)):
         return True
+    if isinstance(value, float):
+        return math.isfinite(value)  # JSON has no inf (``1e999`` in a literal)
     if isinstance(value, (list, tuple)):
         return all(_json_safe(v) for v in value)
     if isinstance(value, dict):
@@ -250,16 +259,17 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
             return None
         if "string" in types or not types:
             return value
-        if "integer" in types and re.fullmatch(r"-?\d+", v):
-            return int(v)
+        # Never through a float: digits are that exact int, of any size.
+        if ("integer" in types or "number" in types) and re.fullmatch(r"-?\d+", v):
+            return _int(v, value)
         if "number" in types and re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", v):
             f = float(v)
-            return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+            return f if math.isfinite(f) else value
         if "boolean" in types and v.lower() in ("true", "false"):
             return v.lower() == "true"
         if ("object" in types and v.startswith("{")) or ("array" in types and v.startswith("[")):
             try:
-                parsed = orjson.loads(v)
+                parsed = _loads(v)
             except orjson.JSONDecodeError:
                 return value
             if isinstance(parsed, dict if "object" in types else list):
@@ -269,13 +279,34 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
         return value
     if isinstance(value, (int, float)) and types == {"string"}:
         return str(value)
-    if isinstance(value, float) and "integer" in types and value.is_integer():
+    if (
+        isinstance(value, float)
+        and "integer" in types
+        and value.is_integer()
+        and abs(value) <= _EXACT_FLOAT_INT
+    ):
+        # ``5.0`` is 5; ``1e30`` is left alone: its int would be another number.
         return int(value)
     return value
 
 
+#: Integers up to this size are exact as floats: a float beyond it may
+#: stand for a number other than its ``int``.
+_EXACT_FLOAT_INT = 2**53
+
+
+def _int(digits: str, value: str) -> Any:
+    """``digits`` as an int; ``value`` back when Python will not read that
+    many digits (its 4300-digit limit)."""
+    try:
+        return int(digits)
+    except ValueError:
+        return value
+
+
 def dumps(args: dict[str, Any]) -> str:
-    return orjson.dumps(args).decode()
+    """Arguments as JSON text, integers of any size exact."""
+    return jsoncodec.dumps(args).decode()
 
 
 def to_object(raw: Any) -> tuple[dict[str, Any] | None, bool]:

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from ..context import ToolSpec
+from ..jsoncodec import loads as _json
 from ..toolargs import schema_types
 from .base import ABORT, Format, RawCall
 from .scan import Balanced, end_of_first
@@ -299,7 +300,7 @@ def loads(text: str) -> Any:
     if not s:
         return None
     try:
-        return orjson.loads(s)
+        return _json(s)  # integers of any size exact
     except orjson.JSONDecodeError:
         pass
     try:
@@ -352,7 +353,7 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
     if prop is not None and "string" in schema_types(prop):
         return raw
     try:
-        return orjson.loads(raw)
+        return _json(raw)
     except orjson.JSONDecodeError:
         return raw
 

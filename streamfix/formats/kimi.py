@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..context import ToolSpec
+from ..jsoncodec import loads as _json
 from ._family import contiguous, loads
 from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
 from .scan import END, JSON_ESCAPE, Peek, Structural, UntilMarker, literal
@@ -183,7 +184,7 @@ class KimiK3(Format):
                     args[key] = raw
                 else:
                     try:
-                        args[key] = orjson.loads(raw)
+                        args[key] = _json(raw)
                     except orjson.JSONDecodeError:
                         args[key] = raw
             calls.append(RawCall(name, args))

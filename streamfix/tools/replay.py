@@ -35,6 +35,7 @@ import orjson
 from ..chain import Chain
 from ..context import Context, Options
 from ..errors import UpstreamProtocolError
+from ..jsoncodec import loads_lenient
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
 from .seen import Seen, assemble, describe
@@ -106,7 +107,7 @@ def client_view(response: dict[str, Any]) -> Seen:
     if response.get("stream") and response.get("status") == 200:
         return assemble(data)
     try:
-        return seen_of_completion(orjson.loads(data))
+        return seen_of_completion(loads_lenient(data))
     except orjson.JSONDecodeError:
         seen = Seen()
         seen.errors.append(data[:200].decode("utf-8", "replace"))
@@ -149,7 +150,7 @@ def replay_completion(
     it is no completion, and its context."""
     ctx = Context.of(body, options)
     try:
-        obj = orjson.loads(raw)
+        obj = loads_lenient(raw)  # as the proxy reads it
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from ..jsoncodec import loads_lenient
 from ..sse import DONE, SSEDecoder
 
 #: The one tool the demo and the probe offer.
@@ -50,7 +51,7 @@ def assemble(data: bytes) -> Seen:
         if ev.data == DONE:
             seen.done = True
             continue
-        obj = orjson.loads(ev.data)
+        obj = loads_lenient(ev.data)  # as the SDK reads it
         seen.chunks += 1
         if "error" in obj:
             seen.errors.append(str(obj["error"].get("message")))

@@ -2,8 +2,11 @@
 
 Servers split a streamed call differently: id and name in the first piece
 only (OpenAI, vLLM), or repeated in every piece (llama-cpp-python); calls
-interleaved by ``index``; no ``index`` at all (one call at a time); entries
-that never get a name; arguments that end up not quite JSON. Clients merge
+interleaved by ``index``; parallel calls that all say ``"index": 0`` and
+differ only by id (so a new id starts a new call, whatever the index
+says; the same id repeated is the same call); no ``index`` at all (one
+call at a time); entries that never get a name; arguments that end up not
+quite JSON. Clients merge
 pieces by index and append every string they see, so a repeated name
 arrives doubled (``get_weatherget_weather``). The accumulator holds the
 pieces by index and, when the choice ends, emits each call once, whole and
@@ -33,7 +36,7 @@ class _Pending:
 class Accumulator:
     """Joins structured tool-call fragments by index (see module doc)."""
 
-    __slots__ = ("_anon", "_calls", "_last", "ctx")
+    __slots__ = ("_at", "_calls", "_last", "_next", "ctx")
 
     #: Content or reasoning alone never concerns the accumulator: the
     #: chain leaves it out of both lanes (``delta.TextLane``).
@@ -42,9 +45,14 @@ class Accumulator:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._calls: dict[int, _Pending] = {}  # in order of first appearance
-        self._last: _Pending | None = None
-        self._anon = -1  # keys for fragments with no index
+        #: Calls by our own key, in order of first appearance (the order
+        #: they are emitted and numbered in).
+        self._calls: dict[int, _Pending] = {}
+        #: The key of the call an upstream ``index`` stands for now: the
+        #: last one started at that index.
+        self._at: dict[int, int] = {}
+        self._last: tuple[int, _Pending] | None = None
+        self._next = 0  # the next call's key
 
     def feed(self, d: Delta) -> None:
         frags = d.fragments
@@ -54,8 +62,7 @@ class Accumulator:
         arg_text: list[tuple[int, str]] = []
         limit = self.ctx.options.max_call_chars
         for f in frags:
-            key, call = self._route(f)
-            self._last = call
+            key, call = self._last = self._route(f)
             if f.id and call.id is None:
                 call.id = f.id
             fn = f.function
@@ -80,28 +87,37 @@ class Accumulator:
             d.arg_text = arg_text
 
     def _route(self, f: ToolCallDelta) -> tuple[int, _Pending]:
+        """The call ``f`` belongs to (its key, the call): the call at its
+        index, unless ``f`` names another id (a new call); with no index,
+        the last call, unless ``f`` names another id or, once that call has
+        arguments, another function."""
+        fid = f.id
         if f.index is not None:
-            call = self._calls.get(f.index)
-            if call is None:
-                call = self._calls[f.index] = _Pending()
-            return f.index, call
-        last = self._last
-        fn_name = f.function.name if f.function else None
-        starts_new = last is None or (
-            (f.id is not None and last.id is not None and f.id != last.id)
-            or (
-                fn_name is not None
-                and last.name is not None
-                and fn_name != last.name
-                and bool(last.args)
-            )
-        )
-        if not starts_new and last is not None:
-            for key, call in self._calls.items():
-                if call is last:
+            key = self._at.get(f.index)
+            if key is not None:
+                call = self._calls[key]
+                if not (fid and call.id is not None and fid != call.id):
                     return key, call
-        key = self._anon
-        self._anon -= 1
+            key, call = self._new()
+            self._at[f.index] = key
+            return key, call
+        last = self._last
+        if last is None:
+            return self._new()
+        fn_name = f.function.name if f.function else None
+        call = last[1]
+        if (fid and call.id is not None and fid != call.id) or (
+            fn_name is not None
+            and call.name is not None
+            and fn_name != call.name
+            and bool(call.args)
+        ):
+            return self._new()
+        return last
+
+    def _new(self) -> tuple[int, _Pending]:
+        key = self._next
+        self._next += 1
         call = self._calls[key] = _Pending()
         return key, call
 
@@ -147,6 +163,7 @@ class Accumulator:
             d.add_call(ToolCall(call.name, text, call.id or new_call_id()))
             emitted += 1
         self._calls.clear()
+        self._at.clear()
         self._last = None
         if emitted:
             if d.finish_reason is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from .. import jsoncodec
 from ..errors import RequestError
 from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
@@ -329,7 +330,7 @@ class MessagesEncoder(TurnEncoder):
         self._parts.clear()
         if self._open == "tool_use":
             try:
-                block["input"] = orjson.loads(text) if text else {}
+                block["input"] = jsoncodec.loads(text) if text else {}
             except orjson.JSONDecodeError:
                 block["input"] = {}
         else:
@@ -369,7 +370,11 @@ class MessagesEncoder(TurnEncoder):
             # around the text made once per block
             self._text_head = _TEXT_HEAD % (len(self.blocks) - 1)
         self._parts.append(text)
-        self.out.append(self._text_head + orjson.dumps(text) + b"}}\n\n")
+        try:
+            encoded = orjson.dumps(text)
+        except TypeError:  # a lone surrogate: written as its escape
+            encoded = jsoncodec.dumps(text)
+        self.out.append(self._text_head + encoded + b"}}\n\n")
 
     def on_call(self, index: int, call_id: str, name: str) -> None:
         self._begin("tool_use", {"type": "tool_use", "id": call_id, "name": name, "input": {}})

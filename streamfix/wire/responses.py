@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from .. import jsoncodec
 from ..errors import RequestError
 from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
 
@@ -451,7 +452,7 @@ class ResponsesEncoder(TurnEncoder):
             self._emit("response.custom_tool_call_input.done", {**ref, "input": data["input"]})
         elif item.kind == "tool_search":
             try:
-                args = orjson.loads(text) if text else {}
+                args = jsoncodec.loads(text) if text else {}
             except orjson.JSONDecodeError:
                 args = {}
             data["arguments"] = args
@@ -510,9 +511,11 @@ class ResponsesEncoder(TurnEncoder):
         item.parts.append(text)
         seq = self.seq
         self.seq = seq + 1
-        self.out.append(
-            item.head + orjson.dumps(text) + b',"sequence_number":' + str(seq).encode() + b"}\n\n"
-        )
+        try:
+            encoded = orjson.dumps(text)
+        except TypeError:  # a lone surrogate: written as its escape
+            encoded = jsoncodec.dumps(text)
+        self.out.append(item.head + encoded + b',"sequence_number":' + str(seq).encode() + b"}\n\n")
 
     def on_call(self, index: int, call_id: str, name: str) -> None:
         tool = self.door.tools.get(name)
@@ -578,7 +581,7 @@ def _custom_input(args: str) -> str:
     string, else the only string argument, else the text as the model wrote
     it (a freeform tool takes any text)."""
     try:
-        obj = orjson.loads(args)
+        obj = jsoncodec.loads(args)
     except orjson.JSONDecodeError:
         return args
     if isinstance(obj, dict):

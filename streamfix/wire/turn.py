@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .. import jsoncodec
 from ..chunks import ChoiceView, DeltaView, view_of
 from ..errors import RequestError
 from ..sse import DONE, SSEDecoder, SSEEvent
@@ -42,20 +43,23 @@ _decode = msgspec.json.Decoder(_TurnView).decode
 def _view(payload: bytes) -> _TurnView | None:
     try:
         return _decode(payload)
-    except msgspec.ValidationError:  # odd field types: the chain's loose read
-        obj = orjson.loads(payload)
+    except msgspec.MsgspecError:
+        # Odd field types, or JSON only the SDKs' lenient reading accepts
+        # (a ``-Infinity`` logprob, a lone surrogate): the chain's loose read.
+        try:
+            obj = jsoncodec.loads_lenient(payload)
+        except orjson.JSONDecodeError:
+            return None
         if not isinstance(obj, dict):
             return None
         usage = obj.get("usage")
         view = view_of(obj)
         return _TurnView(view.choices, usage if isinstance(usage, dict) else None, view.error)
-    except msgspec.DecodeError:
-        return None
 
 
 def sse_event(name: str, payload: dict[str, Any]) -> bytes:
     """One named SSE event (``event:`` then ``data:``), as both doors send."""
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+    return b"event: " + name.encode() + b"\ndata: " + jsoncodec.dumps(payload) + b"\n\n"
 
 
 def new_id(prefix: str) -> str:

@@ -11,6 +11,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ... import jsoncodec
 from ...sse import DONE_EVENT, encode_data
 from .. import record
 from ..upstream.body import BodyReads
@@ -106,7 +107,7 @@ def completion_to_sse(completion: dict[str, Any]) -> bytes:
         chunks.append({**top, "choices": [fin]})
     if "usage" in completion and chunks:
         chunks[-1]["usage"] = completion["usage"]
-    return b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT
+    return b"".join(encode_data(jsoncodec.dumps(c)) for c in chunks) + DONE_EVENT
 
 
 def calls_in(obj: dict[str, Any]) -> int:

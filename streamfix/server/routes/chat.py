@@ -46,6 +46,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ... import jsoncodec
 from ...chain import Chain
 from ...context import Context, tools_of
 from ...session import SSESession, error_event
@@ -109,7 +110,7 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
                 continue
             return ex.relayed(raw)
         try:
-            obj = orjson.loads(raw)
+            obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
         except orjson.JSONDecodeError:
             obj = None
         if not isinstance(obj, dict):
@@ -122,7 +123,7 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             continue
         proxy.ask.settle(att, calls_in(fixed))
         reply = fixed if att.door is None else att.door.reply(fixed)
-        out = web.Response(body=orjson.dumps(reply), headers=ex.headers)
+        out = web.Response(body=jsoncodec.dumps(reply), headers=ex.headers)
         out.content_type = "application/json"
         return out
 
@@ -193,7 +194,7 @@ async def _json_as_stream(
     ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any]
 ) -> web.StreamResponse:
     try:
-        obj = orjson.loads(raw)
+        obj = jsoncodec.loads_lenient(raw)
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ... import jsoncodec
 from ...sse import DONE_EVENT, encode_data
 from ...text_session import CompletionSession
 from ..caller.stream import ClientStream
@@ -60,16 +61,16 @@ def _whole(
 ) -> web.StreamResponse:
     """A non-streamed reply (or one that ignored ``stream``), cut whole."""
     try:
-        obj = orjson.loads(raw)
+        obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return ex.not_json("JSON that is not a completion")
     fixed = session.complete(obj)
     if body.get("stream") is True:  # the client asked for a stream: one event
-        out = web.Response(body=encode_data(orjson.dumps(fixed)) + DONE_EVENT)
+        out = web.Response(body=encode_data(jsoncodec.dumps(fixed)) + DONE_EVENT)
         out.content_type = "text/event-stream"
         return out
-    out = web.Response(body=orjson.dumps(fixed), headers=ex.headers)
+    out = web.Response(body=jsoncodec.dumps(fixed), headers=ex.headers)
     out.content_type = "application/json"
     return out
