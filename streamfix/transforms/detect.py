@@ -22,6 +22,24 @@ One pass over the text as it arrives (DESIGN.md, "The detector, sketched"):
   Not a call: inside unmistakable syntax it is markup (stripped, counted as
   ``stripped.unparsed_call``, sampled); a bare candidate is text, released
   verbatim.
+- **A mention is not a call.** A wrapped marker is unmistakable only when
+  a body follows it: while the region's head is short (``SHAPE_MAX``) each
+  format sharing the marker says whether it reads as its body
+  (``Format.body_shape``: ``<tool_call>`` then ``{``, ``[``, a fence,
+  ``<function=`` or a tool's name; ``<function=NAME>`` then ``{`` or
+  ``<parameter=``). When none does ("Hermes models wrap each call in
+  <tool_call> tags, and …"), the marker and everything after it are text,
+  released at once and scanned on (counted ``released.mentioned_marker``).
+  So markup that does not become a call is released, not dropped; only a
+  region that reads as a call and does not parse (cut off, broken JSON in
+  a closed wrapper, an empty wrapper) is stripped.
+- **Code is text.** A marker inside inline code or a code block of the
+  released text (``codespans``) starts no region; a line of code is a call
+  only when it stands on its own line (``formats/code_call.py``).
+- **Answer channels.** After an answer header of a family whose calls have
+  their own channel (Harmony's final channel, ``Reasoning.calls_apart``;
+  the reasoning splitter says so, ``watch_answer``), a bare candidate
+  (JSON, a fence, a line of code) is the answer: released as text.
 - **At the end of the stream** inside a region: a complete call whose
   closing tag never came is a call; an unfinished one under a ``length``
   finish is a cut-off call (``Report.truncated_call``; nothing shown, no
