@@ -638,7 +638,9 @@ class ToolTagDetector:
         e = finder.feed(s) if s else None
         if self._shaping and e is None:
             region = "".join(self._parts) + s
-            shape = self._shape(region, final)
+            # Cut by the token limit while the head could still be a call:
+            # a cut-off call (``_end``), not a mention.
+            shape = self._shape(region, final and not length)
             if shape is False:
                 self.ctx.report.count("released.mentioned_marker")
                 self._release(out, self._gap)
