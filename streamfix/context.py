@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Characters of the start of a reply held while it may be an unopened
 #: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
@@ -25,9 +25,10 @@ MAX_SAMPLES = 8
 SAMPLE_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """One offered tool: its name and JSON schema of parameters."""
+class ToolSpec(NamedTuple):
+    """One offered tool: its name and JSON schema of parameters. (A named
+    tuple: a request builds one per offered tool before its first byte, and
+    a tuple is made several times faster than a frozen dataclass.)"""
 
     name: str
     parameters: dict[str, Any]
