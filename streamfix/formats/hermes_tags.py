@@ -6,7 +6,7 @@ names that small models copy from prompts: ``<tool_calls>``,
 ``<function_call>``, ``<tools>``, ``<response>``. Inside: one JSON object,
 a list of them, or several objects one after another; ``arguments`` or
 ``parameters``; single-quoted Python dicts and trailing commas are read
-(see ``args.parse_value``); a fence inside the tags is allowed.
+(see ``toolargs.parse_value``); a fence inside the tags is allowed.
 
 A ``</tool_call>`` inside a JSON string is data (Qwen3's tokenizer writes
 the marker token there too; ``scan.TOOL_CALL_TABLE``).

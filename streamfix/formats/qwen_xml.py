@@ -11,7 +11,7 @@
 with or without the ``<tool_call>`` wrapper. Values are text; one leading
 and one trailing newline around a value are layout (vLLM
 ``qwen3coder_tool_parser`` strips exactly those), and the detector converts
-values by the parameter's schema type (``args.coerce``), so ``1`` becomes
+values by the parameter's schema type (``toolargs.coerce``), so ``1`` becomes
 an integer for an ``integer`` parameter and a ``string`` parameter keeps
 text that looks like JSON. A closing ``</parameter>`` or ``</function>``
 that never came is tolerated when the structure is otherwise clear
