@@ -17,7 +17,7 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   each piece once; the text is held, at most ``Options.max_call_chars``.
   When the region ends it is parsed once, by each format sharing the
   marker in priority order. A call: names resolved among the offered tools,
-  arguments repaired, converted and validated by ``args``; lifted through
+  arguments repaired, converted and validated by ``toolargs``; lifted through
   ``Delta.add_call``; ``finish_reason`` becomes ``tool_calls`` at the end.
   Not a call: inside unmistakable syntax it is markup (stripped, counted as
   ``stripped.unparsed_call``, sampled); a bare candidate is text, released
