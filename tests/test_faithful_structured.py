@@ -9,6 +9,7 @@ reasoning and tool arguments alike."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from streamfix.transforms.repetition import (
     STRUCTURED_BOUND,
     STRUCTURED_SPAN,
     RepetitionCutter,
+    _Channel,
     structured,
 )
 
@@ -40,7 +42,15 @@ from .streamutil import (
     tool,
 )
 from .structuredcorpus import STRUCTURED
-from .test_repetition import COUNTED_LOOPS, PROSE, _counted, _counted_bound, _counted_start, _pieces
+from .test_repetition import (
+    COUNTED_LOOPS,
+    PROSE,
+    _counted,
+    _counted_bound,
+    _counted_start,
+    _first_hit,
+    _pieces,
+)
 
 _IDS = [name for name, _ in STRUCTURED]
 #: The examples of the issue at their natural size; every other one is
@@ -312,3 +322,22 @@ def test_counted_loops_keep_their_bound(loop: tuple[Any, ...], lane: str) -> Non
     assert ext is not None and ext.get("counted") is True
     assert sent - start <= _counted_bound(text, start, unit, first, step)
     assert fed - start <= max(COUNTED_BOUND_CHARS, 16 * len(unit(first))) + 8
+
+
+@pytest.mark.parametrize(
+    "unit", ["-", "0, ", "| | |\n", '{"x": 0, "y": 0}, ', "|   |   |\n+---+---+\n"]
+)
+def test_screened_checks_find_a_structured_loop_at_every_onset(unit: str) -> None:
+    """Pieces of 64 characters or more meet several checks that one screen
+    (``quiet``) may skip together: a structured loop starting anywhere on
+    the check grid (it repeats every 256 characters) is found at the same
+    check as with small pieces."""
+    for onset in range(600, 600 + 256, 5):
+        rnd = random.Random(onset)
+        before = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(onset))
+        text = before + unit * (STRUCTURED_BOUND // len(unit) + 2)
+        small = _first_hit(_Channel(), split_sizes(text, [rnd.randint(1, 63) for _ in range(9)]))
+        large = _first_hit(_Channel(), split_sizes(text, [rnd.randint(200, 3000)]))
+        assert small == large, onset
+        assert small is not None and small[0] == len(unit)
+        assert small[1] - onset >= STRUCTURED_SPAN
