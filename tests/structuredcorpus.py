@@ -4,8 +4,10 @@ prose loop bound (max(4 copies, 400 characters)): empty grids and
 tables, arrays of zeros, runs of one character, rules and borders.
 
 Each entry is (name, text). Every text's longest exact periodic run is
-under ``repetition.STRUCTURED_SPAN``; most are over 2,000 characters
-(``test_faithful_structured`` pins both)."""
+under ``repetition.STRUCTURED_SPAN`` (the longest: 3,897 characters, the
+95-row timesheet); all but the issue's examples at their natural size are
+over 2,000 characters (``test_faithful_structured`` pins that they pass,
+and their length)."""
 
 from __future__ import annotations
 
