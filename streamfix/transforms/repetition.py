@@ -34,11 +34,40 @@ Published detectors choose similar or tighter figures: vLLM's
 ``--repetition-detection`` (patterns of 16..1024 tokens, 4 copies,
 ggml-org/llama.cpp#26039), gemini-cli's ``LoopDetectionService`` (a
 50-character chunk seen 10 times close together; it resets on code
-fences, tables and list markup because those false-positived). We need no
-such markup exceptions: an 80-character ``=====`` rule, a table separator
-row or ``ha ha ha`` is far below the span, and the false-positive corpus
+fences, tables and list markup because those false-positived). An
+80-character ``=====`` rule, a table separator row or ``ha ha ha`` is far
+below the span, and the false-positive corpus
 (``tests/test_corpus_false_positives.py``: the standard library's sources,
 JSON, CSV, markdown) runs through with zero cuts.
+
+**Structured repetition** (issue 24). Some exact repetition is what the
+user asked for: an empty 9×9 grid, a C table of 256 zeros, a JSON array of
+64 identical points, an empty timesheet, 600 letters ``a``. Only its length
+tells it from a model that cannot stop, so a loop whose copy is
+*structured* (``structured``: at most ``STRUCTURED_MAX_PERIOD`` characters
+and at least half of them ASCII non-letters or box drawing — digits,
+punctuation, blanks, ``─│┌█`` —, or one ASCII or box-drawing character)
+needs ``STRUCTURED_SPAN`` (4,024) characters of periodicity instead: it is
+cut within ``STRUCTURED_BOUND`` (4,096) characters of its start. Measured
+(``tests/test_faithful_structured.py``): the longest legitimate example of
+that corpus, 3,897 characters of one period (an empty 95-row timesheet),
+passes, as do all of ``tests/structuredcorpus.py`` (33 of its 35 answers
+were cut at 320-640 characters before); a structured loop is cut 4,026 to
+4,090 characters past its start (4,019 to 4,083 reach the client) in
+content, reasoning or arguments at any chunking. In arguments the text is
+JSON-escaped and the bound counts escaped characters (a table of ``{"x":
+0, "y": 0}`` gets 18 characters of each 22). A copy made only of blanks
+is not structured: a flood of newlines or spaces (JSON mode's classic) is
+a loop and nobody asks for 400 blanks; nor is a copy that is mostly
+letters (prose, ``ha ha``, ``<tool_call>``, CJK text) or an emoji. Prose
+loops are cut where they were, 370 to 392 characters past their start.
+The shortest period decides: a longer period over the same text is made of
+its copies, structured too. Numbered identical items that are structured
+(a form's ``N. Name: ______``) need ``NUMBERED_STRUCTURED_SPAN`` (cut
+4,017-4,019 characters past the start). Counted loops need letters, so
+they are never structured: unchanged. One stdlib module that was cut
+(``encodings/iso8859_8.py``: 28 lines ``    '\\ufffe'``) is such a table
+and passes now.
 
 **Numbered loops.** A loop where only a running number changes
 (``e_repetition_fruits_numbered_loop.sse``: ``N. Ananasaki (Agra)``) has
@@ -47,7 +76,8 @@ and JSON arrays of objects whose numbers differ, so a second, narrow check
 catches only *numbered-list lines* (``12. text`` / ``12) text``) whose text
 after the number is identical, on consecutive lines of at most
 ``NUMBERED_MAX_LINE`` characters covering ``NUMBERED_SPAN`` characters.
-A list of identical items is not legitimate output. Multi-line list items
+A list of identical items is not legitimate output, but for a form's
+blank ones (structured, above). Multi-line list items
 that loop with a running number are not caught (no exact period either).
 
 **Counted loops** (issue 18). A model that loops while it counts
@@ -209,10 +239,40 @@ MIN_SPAN: Final = required_span(1)
 WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
 
 
+#: Structured repetition (module doc): the bound past the start of a loop
+#: whose copy is short and mostly not letters, the span it needs (the
+#: check spacing and MARGIN under the bound), and its longest copy (a
+#: longer one needs 4 copies, over 2,048 characters, anyway).
+STRUCTURED_BOUND: Final = 4096
+STRUCTURED_SPAN: Final = STRUCTURED_BOUND - CHECK_EVERY - MARGIN
+STRUCTURED_MAX_PERIOD: Final = SHORT_PERIOD
+#: The same bound for numbered items: the check spacing and a line under it.
+NUMBERED_STRUCTURED_SPAN: Final = STRUCTURED_BOUND - CHECK_EVERY - NUMBERED_MAX_LINE - MARGIN
+#: What a structured copy is mostly made of: ASCII that is not a letter
+#: (digits, punctuation, blanks) and box drawing (``─│┌``, ``█``).
+_STRUCTURAL: Final = re.compile("[\x00-@\\[-`{-\x7f\u2500-\u259f]+")
+
+
+def structured(unit: str) -> bool:
+    """Whether a loop's copy ``unit`` is structured (module doc): at most
+    ``STRUCTURED_MAX_PERIOD`` characters, not only blanks, and at least
+    half ASCII non-letters or box drawing, or one ASCII or box-drawing
+    character (``aaaa``, ``----``)."""
+    p = len(unit)
+    if p > STRUCTURED_MAX_PERIOD or unit.isspace():
+        return False
+    if p == 1:
+        return unit.isascii() or "\u2500" <= unit <= "\u259f"
+    return 2 * len(_STRUCTURAL.sub("", unit)) <= p
+
+
 def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
     """A loop ending at ``s[:t]``: ``(period, start of the checked span)``
     for the shortest period whose required span is periodic, or None.
-    Periods over ``SHORT_PERIOD`` are looked for only when ``long``."""
+    Periods over ``SHORT_PERIOD`` are looked for only when ``long``. A
+    structured copy (``structured``) needs ``STRUCTURED_SPAN`` instead;
+    it decides alone: a longer period over the same text is made of its
+    copies, so structured too."""
     if t < MIN_SPAN:
         return None
     probe = s[t - PROBE : t]
@@ -225,7 +285,10 @@ def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
         p = t - PROBE - i
         a = t - required_span(p)
         if a >= 0 and s.startswith(s[a + p : t], a):
-            return p, a
+            if p > STRUCTURED_MAX_PERIOD or not structured(s[t - p : t]):
+                return p, a
+            a = t - STRUCTURED_SPAN
+            return (p, a) if a >= 0 and s.startswith(s[a + p : t], a) else None
         end = i + PROBE - 1
     return None
 
@@ -301,7 +364,11 @@ def find_numbered(s: str, t: int) -> tuple[int, int] | None:
             break
         first = g + 1
         lines += 1
-    if lines < NUMBERED_MIN_LINES or j + 1 - first < NUMBERED_SPAN:
+    # A structured item (``. Name: ______``: a form's numbered blank lines)
+    # needs the structured span. The walk back is at most that long (a
+    # longer run is cut), a constant per check.
+    need = NUMBERED_STRUCTURED_SPAN if structured(item) else NUMBERED_SPAN
+    if lines < NUMBERED_MIN_LINES or j + 1 - first < need:
         return None
     return s.find("\n", first) + 1 - first, first
 
