@@ -33,7 +33,11 @@ Tenants (TOML only) scope inbound keys to models::
     api_key = ["sk-team-a"]
     models = ["fast"]   # public names this tenant may use; "*" for all
 
-Keys are never logged: ``UpstreamConfig.__repr__`` hides them.
+Keys are never logged: ``UpstreamConfig.__repr__`` hides them. An empty
+or blank key, or one with blanks around it, is refused wherever keys are
+read (flags, environment, TOML; inbound, tenant and upstream keys alike,
+``check_keys``): an empty inbound key would match a request that sent
+none, and a blank upstream key is a mistake, not "no key".
 """
 
 from __future__ import annotations
@@ -283,6 +287,30 @@ class ConfigError(ValueError):
     """A setting has a value that cannot be used."""
 
 
+def check_key(key: Any, where: str) -> str:
+    """``key`` if it is a usable key: a non-empty string with no blanks
+    around it (the inbound check strips what a client sends, so a padded
+    key could never match, and an empty one would match a missing one)."""
+    if not isinstance(key, str) or not key.strip():
+        raise ConfigError(f"{where}: an api_key must not be empty or blank")
+    if key != key.strip():
+        raise ConfigError(f"{where}: an api_key must not start or end with blanks")
+    return key
+
+
+def check_keys(cfg: ServerConfig) -> None:
+    """Every key of ``cfg`` (the proxy's own, each tenant's, each
+    upstream's) is usable (``check_key``); ConfigError otherwise."""
+    for key in cfg.api_keys:
+        check_key(key, "api_key")
+    for t in cfg.tenants:
+        for key in t.api_keys:
+            check_key(key, f"tenant {t.name}")
+    for u in cfg.upstreams:
+        if u.api_key is not None:
+            check_key(u.api_key, f"upstream {u.name}")
+
+
 def _convert(setting_type: type, name: str, value: Any) -> Any:
     try:
         if setting_type is bool:
@@ -330,7 +358,7 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     return UpstreamConfig(
         url=url,
         weight=weight,
-        api_key=str(table["api_key"]) if table.get("api_key") else None,
+        api_key=check_key(table["api_key"], f"upstream {url}") if "api_key" in table else None,
         window=_convert(int, "window", window) if window not in (None, "") else None,
         reasoning=_convert(bool, "reasoning", table.get("reasoning", False)),
         model=model,
@@ -352,8 +380,10 @@ def parse_tenant(table: Any) -> TenantConfig:
     keys, models = table.get("api_key"), table.get("models")
     keys = [keys] if isinstance(keys, str) else keys
     models = [models] if isinstance(models, str) else models
-    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
         raise ConfigError(f"tenant {name}: api_key must be a key or a list of keys")
+    for k in keys:
+        check_key(k, f"tenant {name}")
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ConfigError(f"tenant {name}: models must be a list of model names")
     return TenantConfig(name=name, api_keys=tuple(keys), models=tuple(models))
@@ -385,7 +415,10 @@ def from_toml(path: str | Path) -> dict[str, Any]:
         ]
     keys = data.pop("api_key", None)
     if keys is not None:
-        out["api_keys"] = [keys] if isinstance(keys, str) else [str(k) for k in keys]
+        keys = [keys] if isinstance(keys, str) else keys
+        if not isinstance(keys, list):
+            raise ConfigError("config file: api_key must be a key or a list of keys")
+        out["api_keys"] = [check_key(k, "config file api_key") for k in keys]
     by_name = {s.name: s for s in SETTINGS}
     for key, value in data.items():
         key = key.replace("-", "_")
@@ -401,8 +434,10 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get(ENV_PREFIX + "UPSTREAM"):
         out["upstreams"] = [parse_upstream(u) for u in _split_list(env[ENV_PREFIX + "UPSTREAM"])]
-    if env.get(ENV_PREFIX + "API_KEY"):
-        out["api_keys"] = _split_list(env[ENV_PREFIX + "API_KEY"])
+    if env.get(ENV_PREFIX + "API_KEY"):  # set but empty: unset, as every variable
+        # every comma-separated part is a key: an empty one is refused, not skipped
+        keys = [p.strip() for p in env[ENV_PREFIX + "API_KEY"].split(",")]
+        out["api_keys"] = [check_key(k, ENV_PREFIX + "API_KEY") for k in keys]
     for s in SETTINGS:
         if env.get(s.env):
             out[s.name] = _convert(s.type, s.env, env[s.env])
@@ -465,7 +500,8 @@ def validate(cfg: ServerConfig) -> None:
 def validate_table(cfg: ServerConfig) -> None:
     """The upstream table and the tenants make sense together: every
     tenant's model is served, no key opens two doors, no public name
-    stands for two server models."""
+    stands for two server models, no key is empty or blank."""
+    check_keys(cfg)
     served: dict[tuple[str, str], str] = {}
     for u in cfg.upstreams:
         if u.served is None or u.model is None:

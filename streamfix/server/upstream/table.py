@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ...errors import RequestError
-from ..config import ServerConfig, TenantConfig
+from ..config import ServerConfig, TenantConfig, check_keys
 from .pool import Upstream, UpstreamPool
 
 #: OpenAI's own wording for a model a key cannot use, existing or not.
@@ -66,6 +66,7 @@ class Table:
     def __init__(self, cfg: ServerConfig, previous: Table | None = None) -> None:
         if not cfg.upstreams:
             raise ValueError("at least one upstream is needed")
+        check_keys(cfg)  # however the config was made: no empty key opens a door
         old: dict[tuple[str, str | None, str], Upstream] = {}
         if previous is not None:
             old = {u.cfg.identity: u for u in previous.upstreams}
@@ -96,10 +97,11 @@ class Table:
 
     def authenticate(self, token: bytes) -> tuple[bool, TenantConfig | None]:
         """Whether ``token`` is a key of this proxy, and whose. Every key
-        is compared (no early exit: the time does not tell which matched)."""
+        is compared (no early exit: the time does not tell which matched).
+        An empty token (no key sent) is never a key, whatever the table."""
         ok, tenant = False, None
         for key, owner in self.keys:
-            if hmac.compare_digest(token, key):
+            if hmac.compare_digest(token, key) and token:
                 ok, tenant = True, owner
         return ok, tenant
 
