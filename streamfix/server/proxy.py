@@ -122,8 +122,14 @@ class Proxy:
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
         hup: int | None = None
         self._loop = asyncio.get_running_loop()
+        # No cookie jar: the session is every client's, and a cookie one
+        # upstream set in reply to one client must not go out with the next
+        # (``upstream.pool``'s module doc, *Cookies*).
         self._client = aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
+            connector=connector,
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         try:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -238,7 +244,9 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """One of ``pool_limit`` upstream slots, waited for at most
-        ``pool_wait`` seconds: the connection pool never queues silently."""
+        ``pool_wait`` seconds: the connection pool never queues silently.
+        When none frees in time: a 503 ``server_error`` with ``Retry-After``
+        (``caller.guards.errors_mw`` keeps the header)."""
         slots = self._slots
         if not slots.locked():
             # Free: taken at once. (``wait_for`` would wrap the wait in a

@@ -71,6 +71,8 @@ class Table:
         if previous is not None:
             old = {u.cfg.identity: u for u in previous.upstreams}
         self.upstreams: list[Upstream] = [Upstream(c, old.get(c.identity)) for c in cfg.upstreams]
+        for n, up in enumerate(self.upstreams, 1):
+            up.label = up.cfg.served or f"upstream {n}"
         self.pool = UpstreamPool(self.upstreams, rest=cfg.rest)
         self.named: dict[tuple[str, str], list[Upstream]] = {}
         self.catch_all: dict[str, list[Upstream]] = {}
