@@ -34,7 +34,7 @@ from ..context import UNOPENED_HOLD
 from ..errors import UpstreamProtocolError
 from ..session import error_event
 from . import record
-from .caller.replies import json_error, read_reply, relay_error
+from .caller.replies import is_error_object, json_error, read_reply, relay_error
 from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
 from .proxy import Proxy
 from .reask import count_trim
@@ -103,14 +103,14 @@ def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, A
     return orjson.dumps(body)
 
 
-def reply_failed(proxy: Proxy, up: Upstream, exc: Exception) -> web.Response:
+def reply_failed(scope: Scope, up: Upstream, exc: Exception) -> web.Response:
     """A whole reply that could not be read (the connection died or went
     silent): counted, and the 502 (504 for a timeout) to answer."""
     kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-    proxy.upstream_error(up, kind)
+    scope.proxy.upstream_error(up, kind)
     return json_error(
         504 if kind == "timeout" else 502,
-        f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+        f"upstream {scope.shown(up)} failed mid-reply: {type(exc).__name__}",
         "upstream_error",
         kind,
     )
@@ -218,7 +218,7 @@ class Exchange:
         try:
             return await read_reply(self.resp)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise Answered(reply_failed(self.scope.proxy, self.up, exc)) from None
+            raise Answered(reply_failed(self.scope, self.up, exc)) from None
         finally:
             self.resp.close()
 
@@ -226,15 +226,37 @@ class Exchange:
         """The start of an error reply's body (``ERROR_BODY_BYTES``)."""
         return await self.resp.content.read(ERROR_BODY_BYTES)
 
-    def relayed(self, raw: bytes) -> web.Response:
-        """This non-200 reply for the caller (``replies.relay_error``)."""
+    @property
+    def shown(self) -> str:
+        """What errors call this upstream for the caller (``Scope.shown``)."""
+        return self.scope.shown(self.up)
+
+    def relayed(self, raw: bytes, status: int | None = None) -> web.Response:
+        """This reply's error for the caller (``replies.relay_error``), as
+        ``status`` (default: the reply's own)."""
         resp = self.resp
-        return relay_error(resp.status, raw, self.headers, resp.content_type, self.up.name)
+        return relay_error(
+            status or resp.status,
+            raw,
+            self.headers,
+            resp.content_type,
+            self.shown,
+            self.scope.redact,
+        )
+
+    def error_reply(self, obj: object, raw: bytes) -> web.Response | None:
+        """A 200 whose JSON body is an error object (some servers answer
+        so): counted, and relayed as a 502 with the upstream's own
+        message; None when ``obj`` is no error (``replies.is_error_object``)."""
+        if not is_error_object(obj):
+            return None
+        self.scope.proxy.upstream_error(self.up, "protocol")
+        return self.relayed(raw, 502)
 
     def not_json(self, what: str, type_: str = "upstream_protocol_error") -> web.Response:
         """A reply that is not the JSON ``what`` it should be: counted, 502."""
         self.scope.proxy.upstream_error(self.up, "protocol")
-        return json_error(502, f"upstream {self.up.name} sent {what}", type_)
+        return json_error(502, f"upstream {self.shown} sent {what}", type_)
 
     async def pump(
         self, session: StreamSession, client: ClientStream, ready: Callable[[], bool]
@@ -300,9 +322,9 @@ class Exchange:
         kind = "died_midstream" if got_data else "empty_stream"
         self.scope.proxy.upstream_error(up, kind)
         error = (
-            f"upstream {up.name} ended the stream before [DONE]"
+            f"upstream {self.shown} ended the stream before [DONE]"
             if got_data
-            else f"upstream {up.name} sent an empty stream"
+            else f"upstream {self.shown} sent an empty stream"
             " (llama.cpp does so when the prompt exceeds its context window)"
         )
         return error, session.fail(UpstreamProtocolError(error))
@@ -316,5 +338,5 @@ class Exchange:
             return str(exc), session.fail(exc)
         kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
         proxy.upstream_error(up, kind)
-        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
+        error = f"upstream {self.shown} failed mid-stream: {type(exc).__name__}"
         return error, session.fail(UpstreamProtocolError(error))

@@ -26,7 +26,9 @@ own count (up to N times the bounds in all).
 password or query; every byte written is scrubbed of the configured keys
 (inbound and upstream, URL passwords), of the request's own credential
 headers (an upstream error body may echo the key it was sent), and of
-anything shaped like a key (``sk-…``, ``Bearer …``, ``api_key=…``).
+anything shaped like a key (``sk-…``, ``Bearer …``, ``api_key=…``). A
+reply's reads are scrubbed joined (``scrub_reads``): a key echoed across
+two reads is found whole, and each read keeps its place.
 ``record_redact = "messages"`` also replaces the text of every message by
 its length (the chain never reads it: replay is unchanged).
 
@@ -125,6 +127,14 @@ REDACTED = b"[redacted]"
 
 def _keep_prefix(m: re.Match[bytes]) -> bytes:
     return (m.group(1) or m.group(2) or m.group(3)) + REDACTED
+
+
+def scrub_key_shapes(data: bytes) -> bytes:
+    """``data`` without anything shaped like a key (``_CREDENTIAL``); also
+    used on an upstream's error text the proxy quotes to a client."""
+    if any(t in data.lower() for t in _CREDENTIAL_TRIGGERS):
+        data = _CREDENTIAL.sub(_keep_prefix, data)
+    return data
 
 
 #: The shortest configured secret scrubbed as a string (a 1-3 character
@@ -322,6 +332,50 @@ class _Reads:
 
 
 # -- what is written ----------------------------------------------------------
+
+
+def scrub_reads(reads: list[bytes], secrets: Iterable[bytes]) -> list[bytes]:
+    """``reads`` with every secret and everything shaped like a key
+    (``_CREDENTIAL``) replaced, found in the joined bytes so that a key
+    split between two reads is found whole. The marker goes into the read
+    where the secret began; the reads keep their number and, outside the
+    secrets, their bytes (replay feeds them as they came)."""
+    joined = b"".join(reads)
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        at = joined.find(secret)
+        while at != -1:
+            spans.append((at, at + len(secret)))
+            at = joined.find(secret, at + len(secret))
+    if any(t in joined.lower() for t in _CREDENTIAL_TRIGGERS):
+        for m in _CREDENTIAL.finditer(joined):
+            prefix = m.group(1) or m.group(2) or m.group(3)
+            spans.append((m.start() + len(prefix), m.end()))
+    if not spans:
+        return reads
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    out: list[bytes] = []
+    a = 0
+    for data in reads:
+        b = a + len(data)
+        piece = bytearray()
+        cur = a
+        for start, end in merged:
+            if end <= a or start >= b:
+                continue
+            if start >= a:  # the secret begins in this read: the marker goes here
+                piece += joined[cur:start] + REDACTED
+            cur = max(cur, min(end, b))
+        piece += joined[cur:b]
+        out.append(bytes(piece))
+        a = b
+    return out
 
 
 def encode_bytes(data: bytes) -> dict[str, str]:
@@ -642,9 +696,7 @@ class Recorder:
         def scrub(data: bytes) -> bytes:
             for secret in secrets:
                 data = data.replace(secret, REDACTED)
-            if any(t in data.lower() for t in _CREDENTIAL_TRIGGERS):
-                data = _CREDENTIAL.sub(_keep_prefix, data)
-            return data
+            return scrub_key_shapes(data)
 
         def enc(data: bytes) -> dict[str, str]:
             # Text is scrubbed with the whole document below; base64 hides
@@ -673,7 +725,12 @@ class Recorder:
                     "content_type": att.content_type,
                     "options": att.options,
                     "sent": changed,
-                    "reads": [{"t": round(t, 6), **enc(data)} for t, data in att.reads],
+                    "reads": [
+                        {"t": round(t, 6), **enc(data)}
+                        for (t, _), data in zip(
+                            att.reads, scrub_reads([d for _, d in att.reads], secrets), strict=True
+                        )
+                    ],
                     "report": report_dict(att.report),
                 }
             )

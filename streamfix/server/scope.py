@@ -12,6 +12,14 @@ reads one object and no layer looks things up on the request again.
 ``--request-timeout`` bound, a failure to reach any upstream or to read a
 reply turned into its error (a response before the stream began, an error
 event after it), a client that went away, and the status counted once.
+
+*Who hears what.* Errors name an upstream as ``Scope.shown`` says: a
+tenant's request hears the row's public name (or ``upstream N``, its place
+in the table, for a catch-all row), never a host, port or path of the
+operator's network; the operator's own keys (and every caller when no key
+is configured, who can read ``/healthz`` anyway) hear its URL, without
+credentials. Upstream keys are redacted from everything a caller gets
+(``Scope.redact``).
 """
 
 from __future__ import annotations
@@ -82,6 +90,10 @@ class Scope:
         """Upstream keys out of what reaches the caller (None: no keys)."""
         return self.table.redact if self.table.secrets else None
 
+    def shown(self, up: Upstream) -> str:
+        """What errors call ``up`` for this caller (module doc)."""
+        return up.name if self.tenant is None else up.label
+
     def count(self, status: int) -> None:
         self.proxy.count(self.endpoint, self.stream, status, self.tenant_label, self.model)
 
@@ -130,8 +142,11 @@ class Scope:
                     quiet=True,
                 )
             except UpstreamFailure as f:
+                told = f.told(self.shown)
                 out = await _error(
-                    client, failure_response(f), error_event(f.message, "upstream_error", f.kind)
+                    client,
+                    failure_response(f, told, self.redact),
+                    error_event(told, "upstream_error", f.kind),
                 )
             except Answered as a:
                 out = a.response

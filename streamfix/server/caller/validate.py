@@ -26,6 +26,35 @@ MAX_TOOL_NAME_CHARS = 256
 #: Most inputs in one embeddings request (OpenAI's own limit).
 MAX_EMBEDDING_INPUTS = 2048
 
+#: Deepest nesting of a request body. orjson reads 1024 levels but writes
+#: only 255, and the proxy writes every body it sends (and wraps it in a
+#: few levels of its own: a door's translation, a recording): deeper than
+#: this would be a 500 later, so it is a 400 now. Real bodies (a tool's
+#: schema, content parts) nest a few dozen levels at most.
+MAX_DEPTH = 200
+
+#: orjson's own writing limit (levels).
+_ORJSON_DEPTH = 255
+
+
+def loads_request(raw: bytes) -> Any:
+    """A request body as JSON; RequestError (400) when it is not JSON or
+    nests deeper than ``MAX_DEPTH``."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise RequestError("request body is not valid JSON") from None
+    # As deep as MAX_DEPTH takes as many brackets: most bodies stop here.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        probe: Any = body
+        for _ in range(_ORJSON_DEPTH - MAX_DEPTH):
+            probe = [probe]
+        try:  # one pass in C: fails exactly when the body nests past MAX_DEPTH
+            orjson.dumps(probe)
+        except orjson.JSONEncodeError:
+            raise RequestError(f"request body is nested deeper than {MAX_DEPTH} levels") from None
+    return body
+
 
 async def read_request(
     proxy: Proxy,
@@ -43,10 +72,7 @@ async def read_request(
         proxy.count(endpoint, False, 413, tenant)
         raise
     try:
-        return check(orjson.loads(raw))
-    except orjson.JSONDecodeError:
-        proxy.count(endpoint, False, 400, tenant)
-        raise RequestError("request body is not valid JSON") from None
+        return check(loads_request(raw))
     except RequestError as exc:
         proxy.count(endpoint, False, exc.status, tenant)
         raise

@@ -51,7 +51,7 @@ from ...chain import Chain
 from ...context import Context, tools_of
 from ...session import SSESession, error_event
 from ...wire import Door
-from ..caller.replies import calls_in, completion_to_sse, relay_error
+from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
@@ -85,10 +85,10 @@ async def serve_chat(
         up_body = narrow_to_tool(body, name)
         # The chain lifts only what the model was shown: the one tool.
         body = {**body, "tools": up_body["tools"]}
-    tools = tools_of(body)
-    if name is None:
-        soft = soft and body.get("tool_choice") == "required" and bool(tools)
+    else:
+        soft = soft and body.get("tool_choice") == "required" and bool(tools_of(body))
         up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
+    tools = tools_of(body)
     if tools:
         await proxy.build_matcher(tools)
     att = Attempt(up_body, soft, door, name is not None)
@@ -115,6 +115,9 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             obj = None
         if not isinstance(obj, dict):
             return ex.not_json("a reply that is not a JSON object")
+        error = ex.error_reply(obj, raw)
+        if error is not None:  # an HTTP 200 that is an error: never an empty reply
+            return error
         fixed, report = _repaired(ex, client_body, obj)
         reason = proxy.ask.reason(att, report, calls_in(fixed))
         if reason is not None:
@@ -160,7 +163,7 @@ async def _stream(
                 await client.commit()
                 await client.write(
                     error_event(
-                        f"upstream {ex.up.name} answered HTTP {ex.resp.status}", "upstream_error"
+                        f"upstream {ex.shown} answered HTTP {ex.resp.status}", "upstream_error"
                     )
                 )
                 return client.response
@@ -197,10 +200,10 @@ async def _json_as_stream(
         obj = jsoncodec.loads_lenient(raw)
     except orjson.JSONDecodeError:
         obj = None
-    if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
-        if isinstance(obj, dict) and "error" in obj:
-            ex.scope.proxy.upstream_error(ex.up, "protocol")
-            return relay_error(502, raw, CIMultiDict(), "application/json", ex.up.name)
+    error = ex.error_reply(obj, raw)
+    if error is not None:
+        return error
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return ex.not_json("JSON that is not a completion", "upstream_error")
     ctx = Context.of(client_body, ex.options)
     fixed = Chain(ctx).complete(obj)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from ...errors import RequestError
@@ -22,7 +21,7 @@ from ...middleware import Handler
 from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
-from ..caller.validate import validate_chat
+from ..caller.validate import loads_request, validate_chat
 from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
@@ -57,10 +56,7 @@ async def door_errors_mw(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 async def _json_body(request: web.Request) -> Any:
-    try:
-        return orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        raise RequestError("request body is not valid JSON") from None
+    return loads_request(await request.read())
 
 
 def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
@@ -83,7 +79,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 
 async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
-    estimates it for budgets (``upstream.budget.estimate_prompt_tokens``, scaled by
+    estimates it for budgets (``budget.estimate_prompt_tokens``, scaled by
     what the model's first row's counts taught it); no upstream call."""
     body = await _json_body(request)
     if isinstance(body, dict):
