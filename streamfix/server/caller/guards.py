@@ -13,6 +13,7 @@ from ...middleware import Handler
 from ..proxy import PROXY
 from ..upstream.table import TABLE, TENANT
 from .replies import STATUS_TYPES, json_error
+from .validate import arrived
 
 #: Routes open without a key unless ``protect_status`` is set.
 STATUS_PATHS = frozenset({"/healthz", "/metrics"})
@@ -25,9 +26,11 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
     """Errors as OpenAI-shaped JSON (a RequestError, aiohttp's HTTP errors,
     a bug of ours), and upstream keys redacted from every error body. The
     routing table in force is noted on the request here, on arrival: the
-    request keeps it to its end, whatever a reload does meanwhile."""
+    request keeps it to its end, whatever a reload does meanwhile; and so
+    is the arrival's time (``validate.ARRIVED``)."""
     proxy = request.app[PROXY]
     table = request[TABLE] = proxy.table
+    arrived(request)
     try:
         resp = await handler(request)
         if resp.status >= 400 and isinstance(resp, web.Response):
@@ -38,13 +41,16 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
                     resp.body = out
         return resp
     except RequestError as exc:
-        return json_error(
+        error = json_error(
             exc.status,
             str(exc),
             exc.type or STATUS_TYPES.get(exc.status, "invalid_request_error"),
             code=exc.code,
             param=exc.param,
         )
+        if exc.status == 408:  # a client too slow to send its request: not kept
+            error.force_close()
+        return error
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -22,7 +22,7 @@ from ...middleware import Handler
 from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
-from ..caller.validate import validate_chat
+from ..caller.validate import read_body, validate_chat
 from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
@@ -58,7 +58,7 @@ async def door_errors_mw(request: web.Request, handler: Handler) -> web.StreamRe
 
 async def _json_body(request: web.Request) -> Any:
     try:
-        return orjson.loads(await request.read())
+        return orjson.loads(await read_body(request.app[PROXY], request))
     except orjson.JSONDecodeError:
         raise RequestError("request body is not valid JSON") from None
 
