@@ -79,15 +79,17 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)
-    handler: Handler = chat
-    if recorder is not None:  # --record DIR
+
+    def recorded(handler: Handler) -> Handler:
+        return handler if recorder is None else recorder.wrap(handler)
+
+    if recorder is not None:  # --record DIR: every route that reaches an upstream
         app[record.RECORDER] = recorder
         app.cleanup_ctx.append(recorder.lifecycle)
-        handler = recorder.wrap(handler)
-    app.router.add_post("/v1/chat/completions", handler)
-    add_doors(app)
-    app.router.add_post("/v1/embeddings", embeddings)
-    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", recorded(chat))
+    add_doors(app, recorded)
+    app.router.add_post("/v1/embeddings", recorded(embeddings))
+    app.router.add_post("/v1/completions", recorded(completions))
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", models)
     app.router.add_get("/healthz", healthz)
