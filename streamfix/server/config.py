@@ -159,6 +159,7 @@ class ServerConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     request_timeout: float = 0.0
+    client_timeout: float = 30.0
     protect_status: bool = False
     body_limit: int = 8 * 1024 * 1024
     pool_limit: int = 256
@@ -218,6 +219,14 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         "longest a whole request may take, from its arrival to the end of the reply; "
         "0 = no limit (default 0)",
+        "SECONDS",
+    ),
+    Setting(
+        "client_timeout",
+        float,
+        "longest a client may take to send a request, its headers and then its body "
+        "(a slower one is answered 408 and its connection closed); also how long an "
+        "idle kept-alive connection stays open, at most 75; 0 = no limit (default 30)",
         "SECONDS",
     ),
     Setting(
@@ -494,6 +503,8 @@ def validate(cfg: ServerConfig) -> None:
         raise ConfigError("record_max_files and record_max_bytes must be at least 1")
     if cfg.request_timeout < 0:
         raise ConfigError("request_timeout must not be negative (0 = no limit)")
+    if cfg.client_timeout < 0:
+        raise ConfigError("client_timeout must not be negative (0 = no limit)")
     validate_table(cfg)
 
 

@@ -9,7 +9,8 @@ rows that may serve it. It is what is passed down instead of the
 reads one object and no layer looks things up on the request again.
 
 ``Scope.answer`` is where every endpoint's reply is finished: the
-``--request-timeout`` bound, a failure to reach any upstream or to read a
+``--request-timeout`` bound (from the request's arrival, so the time its
+body took counts), a failure to reach any upstream or to read a
 reply turned into its error (a response before the stream began, an error
 event after it), a client that went away, and the status counted once.
 
@@ -36,6 +37,7 @@ from ..errors import RequestError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
 from .caller.stream import ClientGone, ClientStream
+from .caller.validate import arrived
 from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
@@ -67,6 +69,9 @@ class Scope:
     model: str = NO_TENANT
     #: The rows that may serve the request, once routed.
     rows: list[Upstream] = field(default_factory=list)
+    #: When the request arrived (the loop's clock): ``--request-timeout``
+    #: counts from there, the body's reading included.
+    arrived: float | None = None
 
     @classmethod
     def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
@@ -79,6 +84,7 @@ class Scope:
             request.headers,
             endpoint,
             stream,
+            arrived=arrived(request),
         )
 
     @property
@@ -124,7 +130,12 @@ class Scope:
         event. A streamed client that went away counts as 499 (nginx's
         "client closed request")."""
         limit = self.proxy.cfg.request_timeout
-        deadline = asyncio.timeout(limit if limit > 0 else None)
+        if limit <= 0:
+            deadline = asyncio.timeout(None)
+        elif self.arrived is None:
+            deadline = asyncio.timeout(limit)
+        else:
+            deadline = asyncio.timeout_at(self.arrived + limit)
         # A whole reply is counted once answered; a stream however it ends.
         status: int | None = 200 if client is not None else None
         try:

@@ -14,6 +14,7 @@ from ...middleware import Handler
 from ..proxy import PROXY
 from ..upstream.table import TABLE, TENANT
 from .replies import error_type, json_error
+from .validate import arrived
 
 #: Headers of the proxy's own HTTP errors kept on the OpenAI-shaped body
 #: that replaces aiohttp's (the pool-full 503's ``Retry-After``, a 405's
@@ -32,9 +33,11 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
     a bug of ours), and upstream keys redacted from every whole reply (a
     streamed one is redacted as it is written, ``ClientStream``). The
     routing table in force is noted on the request here, on arrival: the
-    request keeps it to its end, whatever a reload does meanwhile."""
+    request keeps it to its end, whatever a reload does meanwhile; and so
+    is the arrival's time (``validate.ARRIVED``)."""
     proxy = request.app[PROXY]
     table = request[TABLE] = proxy.table
+    arrived(request)
     try:
         resp = await handler(request)
         if isinstance(resp, web.Response) and table.secrets:
@@ -45,13 +48,16 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
                     resp.body = out
         return resp
     except RequestError as exc:
-        return json_error(
+        error = json_error(
             exc.status,
             str(exc),
             exc.type or error_type(exc.status),
             code=exc.code,
             param=exc.param,
         )
+        if exc.status == 408:  # a client too slow to send its request: not kept
+            error.force_close()
+        return error
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

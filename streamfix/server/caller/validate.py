@@ -4,8 +4,9 @@ upstream's puzzling answer or a crash in the chain."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
@@ -56,6 +57,43 @@ def loads_request(raw: bytes) -> Any:
     return body
 
 
+#: When the request arrived (its headers read; the event loop's clock), noted
+#: by ``guards.errors_mw``: ``client_timeout`` and ``request_timeout`` count from it.
+ARRIVED: Final = web.RequestKey("streamfix_arrived", float)
+
+
+def arrived(request: web.Request) -> float:
+    """When ``request`` arrived (now, if no middleware noted it)."""
+    t = request.get(ARRIVED)
+    if t is None:
+        t = request[ARRIVED] = asyncio.get_running_loop().time()
+    return t
+
+
+async def read_body(proxy: Proxy, request: web.Request) -> bytes:
+    """The request's body, read within ``client_timeout`` (and
+    ``request_timeout``) of its arrival: a client that sends it slower, or
+    stalls, is a 408 and its connection is closed (``guards.errors_mw``),
+    whatever else it holds. aiohttp bounds neither the body's reading nor
+    its pace; the headers are bounded by the server's keep-alive timeout
+    (``app.run_options``)."""
+    cfg = proxy.cfg
+    limits = [t for t in (cfg.client_timeout, cfg.request_timeout) if t > 0]
+    if not limits:
+        return await request.read()
+    limit = min(limits)
+    try:
+        async with asyncio.timeout_at(arrived(request) + limit):
+            return await request.read()
+    except TimeoutError:
+        raise RequestError(
+            f"the request body did not arrive within {limit:g} s",
+            status=408,
+            code="client_timeout",
+            type_="timeout",
+        ) from None
+
+
 async def read_request(
     proxy: Proxy,
     request: web.Request,
@@ -67,9 +105,12 @@ async def read_request(
     middleware answers it in OpenAI's shape)."""
     tenant = tenant_label(request)
     try:
-        raw = await request.read()
+        raw = await read_body(proxy, request)
     except web.HTTPRequestEntityTooLarge:
         proxy.count(endpoint, False, 413, tenant)
+        raise
+    except RequestError as exc:
+        proxy.count(endpoint, False, exc.status, tenant)
         raise
     try:
         return check(loads_request(raw))

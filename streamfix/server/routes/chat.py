@@ -51,6 +51,7 @@ from ...chain import Chain
 from ...context import Context, tools_of
 from ...session import SSESession, error_event
 from ...wire import Door
+from .. import record
 from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
@@ -125,7 +126,11 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             proxy.ask.next_body(att, reason, ex.sent)
             continue
         proxy.ask.settle(att, calls_in(fixed))
-        reply = fixed if att.door is None else att.door.reply(fixed)
+        if att.door is None:
+            reply = fixed
+        else:
+            record.chat_reply(jsoncodec.dumps(fixed))  # the chat side, for replay
+            reply = att.door.reply(fixed)
         out = web.Response(body=jsoncodec.dumps(reply), headers=ex.headers)
         out.content_type = "application/json"
         return out

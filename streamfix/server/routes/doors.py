@@ -21,7 +21,8 @@ from ...middleware import Handler
 from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
-from ..caller.validate import loads_request, validate_chat
+from .. import record
+from ..caller.validate import loads_request, read_body, validate_chat
 from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
@@ -56,7 +57,7 @@ async def door_errors_mw(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 async def _json_body(request: web.Request) -> Any:
-    return loads_request(await request.read())
+    return loads_request(await read_body(request.app[PROXY], request))
 
 
 def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
@@ -72,6 +73,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
             proxy.count(endpoint, False, exc.status, tenant_label(request))
             raise
         proxy.metrics.count_report(door.dropped)
+        record.door(endpoint, door.chat_body)
         return await serve_chat(request, door.chat_body, door)
 
     return handle
@@ -91,9 +93,11 @@ async def count_tokens(request: web.Request) -> web.Response:
     return web.json_response({"input_tokens": tokens})
 
 
-def add_doors(app: web.Application) -> None:
+def add_doors(app: web.Application, wrap: Callable[[Handler], Handler] | None = None) -> None:
     """The door routes (the proxy is ``app[PROXY]``); ``door_errors_mw``
-    must be among the app's middlewares, outermost."""
-    app.router.add_post(MESSAGES, door_handler(MessagesDoor, MessagesDoor.endpoint))
-    app.router.add_post(RESPONSES, door_handler(ResponsesDoor, ResponsesDoor.endpoint))
+    must be among the app's middlewares, outermost. ``wrap``: around each
+    door's handler (``--record``)."""
+    for path, door in ((MESSAGES, MessagesDoor), (RESPONSES, ResponsesDoor)):
+        handler = door_handler(door, door.endpoint)
+        app.router.add_post(path, wrap(handler) if wrap is not None else handler)
     app.router.add_post(COUNT_TOKENS, count_tokens)
