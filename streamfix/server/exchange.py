@@ -30,7 +30,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..context import UNOPENED_HOLD
+from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
 from ..session import error_event
 from . import record
@@ -40,7 +40,7 @@ from .proxy import Proxy
 from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
-from .upstream.budget import clamp_request, fit_prompt
+from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -68,12 +68,27 @@ class StreamSession(Protocol):
     def finish(self) -> None: ...
 
 
-def chain_options(up: Upstream) -> dict[str, Any]:
-    """The chain's options for a reply from ``up``: an upstream known to
-    reason (configured, or seen reasoning) gets the start of its replies
-    held for a reasoning section the prompt opened; for others the request
-    decides (``Options.unopened_reasoning_hold``)."""
-    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
+    """The chain's options for ``up``'s reply to ``body`` (as sent: named
+    as the row's server knows the model). What the request says comes
+    first: thinking switched off (``chat_template_kwargs``) means no hold
+    and no split of an unmarked reply. Otherwise the start of the reply is
+    held for a reasoning section the prompt opened when this model on this
+    row is known to reason (configured, probed, or seen reasoning) or its
+    name is a reasoning model's; an unmarked reply cut by the token limit
+    is reasoning only for a model seen closing reasoning its prompt opened.
+    With nothing known, the client's request decides
+    (``Options.unopened_reasoning_hold``)."""
+    body = body or {}
+    if thinking_switch(body) is False:
+        return {"unopened_reasoning_hold": 0}
+    model = up.served(body.get("model"))
+    opts: dict[str, Any] = {}
+    if up.reasons(model) or looks_like_reasoning(body):
+        opts["unopened_reasoning_hold"] = UNOPENED_HOLD
+    if up.prompt_opens(model):
+        opts["prompt_opens_reasoning"] = True
+    return opts
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -85,16 +100,33 @@ def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
     return {**body, "model": model}
 
 
-def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
-    """The body for ``up``: the prompt fitted to its window, max_tokens
-    clamped, engine fields added. ``sent`` receives the final body and
-    what was clamped."""
-    base, trim = fit_prompt(
-        with_model(base, up), up.window, proxy.policy, scale=up.token_scale, known_over=False
-    )
+def budgeted(
+    proxy: Proxy,
+    base: dict[str, Any],
+    up: Upstream,
+    sent: dict[str, Any],
+    counted: dict[Upstream, int] | None = None,
+) -> bytes:
+    """The body for ``up``: the prompt fitted to the window of the model
+    asked on that row, max_tokens clamped (with the reasoning allowance
+    only for a model that reasons there, and not when the request switched
+    thinking off), engine fields added. ``counted``: prompts the server
+    itself counted (``upstream/tokens.py``), which decide a trim instead
+    of the estimate. ``sent`` receives the final body and what was
+    clamped."""
+    base = with_model(base, up)
+    model = up.served(base.get("model"))
+    window = up.window_for(model)
+    scale = up.token_scale(model)
+    count = counted.get(up) if counted else None
+    if count is not None:
+        estimate = estimate_prompt_tokens(base)
+        scale = count / estimate if estimate else scale
+    base, trim = fit_prompt(base, window, proxy.policy, scale=scale, known_over=False)
     if trim is not None:
         count_trim(proxy.metrics, up, trim)
-    body, clamp = clamp_request(base, up.window, proxy.policy, reasoning=up.info.reasoning)
+    reasoning = up.reasons(model) and thinking_switch(base) is not False
+    body, clamp = clamp_request(base, window, proxy.policy, reasoning=reasoning)
     extra = engine_fields(body, up.info)
     if extra:
         body = {**body, **extra}
@@ -198,7 +230,13 @@ class Exchange:
     @property
     def options(self) -> dict[str, Any]:
         """The chain's options for this upstream's reply."""
-        return chain_options(self.up)
+        return chain_options(self.up, self.sent.get("body"))
+
+    @property
+    def model(self) -> str:
+        """The model asked, as its row's server knows it: the key of what
+        is learned from this reply."""
+        return self.up.served((self.sent.get("body") or {}).get("model"))
 
     @property
     def ok(self) -> bool:

@@ -53,6 +53,7 @@ from ..delta import Delta, take_each
 from ..formats.base import Reasoning
 from ..formats.registry import all_reasoning
 from .codespans import CodeSpans
+from .detect import matcher_for
 
 #: How much of the start of a reply is held, at most, while it may still be
 #: an unopened reasoning section (characters; about 500 tokens). A longer
@@ -313,6 +314,7 @@ class ReasoningSplitter:
             # reasons.
             self.ctx.report.count("stripped.stray_think")
             self.ctx.report.reasoning = True
+            self.ctx.report.prompt_opened_reasoning = True
             self._closed = True
         self._to_text(lead=True)
 
@@ -322,6 +324,8 @@ class ReasoningSplitter:
         table = self._m.start
         m = table.pattern.search(s, max(0, self._searched - table.longest))
         hold = self._hold_max
+        while m is not None and s[: m.start()].strip() and CodeSpans().inside_at(s, m.start()):
+            m = table.pattern.search(s, m.end())  # markup in code is text
         if m is not None:
             before, marker = s[: m.start()], m.group()
             at_start = not before.strip()
@@ -331,6 +335,7 @@ class ReasoningSplitter:
             if at_start or (m.start() < hold and (kind == _CLOSE or family.repeats)):
                 if kind == _CLOSE:
                     # The prompt opened the reasoning: all before is reasoning.
+                    self.ctx.report.prompt_opened_reasoning = True
                     self._lead = True
                     self._closed = True
                     self._reasoning(before.rstrip(), reasoning)
@@ -353,7 +358,7 @@ class ReasoningSplitter:
             ):
                 self._held = s
                 return ""
-        elif cut and hold > 0:
+        elif cut and hold > 0 and self._cut_is_reasoning(s):
             # Cut by the token limit inside reasoning the prompt opened (no
             # close follows: its last blanks are the model's, not layout).
             self._lead = True
@@ -362,6 +367,16 @@ class ReasoningSplitter:
             return ""
         self._to_text(lead=False)
         return s
+
+    def _cut_is_reasoning(self, s: str) -> bool:
+        """A reply cut by the token limit inside the hold, with no markup:
+        reasoning only when the template is known to open it in the prompt
+        (``Context.prompt_opens_reasoning``) and no call began in it (a call
+        is the answer's; the text before it stays content)."""
+        if not self.ctx.prompt_opens_reasoning:
+            return False
+        scan = matcher_for(self.ctx.tools).scan
+        return not any(m.group(1) for m in scan.finditer(s))
 
     def _inside(self, s: str, reasoning: list[str], final: bool) -> str:
         assert self._family is not None
