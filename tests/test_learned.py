@@ -297,3 +297,48 @@ def test_a_reload_carries_learned_facts_over_and_a_configured_window_wins() -> N
     assert same.reasons("b") and same.prompt_opens("b") and not same.reasons("a")
     configured = Upstream(UpstreamConfig("http://h:1/v1", window=8192), previous=old)
     assert configured.window_for("a") == 8192 and configured.reasons("b")
+
+
+# -- the server counts before a trim ---------------------------------------------------------------
+
+LATIN = conversation(20, "The meeting moved to Thursday; bring the quarterly numbers. " * 14)
+
+
+def counting_upstream(engine: str, count: int | None) -> FakeUpstream:
+    """A vLLM or llama.cpp server with a 4,096-token window whose own
+    tokenizer counts the prompt as ``count`` tokens (None: it cannot)."""
+    card = {"id": "m", "object": "model", "owned_by": engine, "max_model_len": 4096}
+    routes: dict[str, Any] = {"/v1/models": {"object": "list", "data": [card]}}
+    if engine == "llamacpp":
+        routes["/props"] = {"default_generation_settings": {"n_ctx": 4096}}
+
+    def handler(rec: Received) -> Reply:
+        if rec.path == "/tokenize" and count is not None:
+            return Reply.json({"count": count} if engine == "vllm" else {"tokens": [7] * count})
+        if rec.path == "/apply-template" and count is not None:
+            return Reply.json({"prompt": "the conversation, templated"})
+        if rec.path.endswith("/chat/completions"):
+            return Reply.stream(text_stream(["ok"]))
+        return Reply.error(404, "not found")
+
+    return FakeUpstream(routes=routes, handler=handler)
+
+
+async def sent_messages(engine: str, count: int | None) -> int:
+    async with counting_upstream(engine, count) as up, AppServer(proxy_app(up.url)) as px:
+        await post(px, {"model": "m", "messages": LATIN, "stream": True})
+    return len(up.chat_requests[0].body["messages"])
+
+
+async def test_a_server_that_counts_decides_the_trim() -> None:
+    """The estimate says 20 turns of English (16,800 characters) overflow a
+    4,096 window; vLLM and llama.cpp count 3,000: nothing is trimmed."""
+    assert await sent_messages("vllm", 3000) == 20
+    assert await sent_messages("llamacpp", 3000) == 20
+    # the server's count says it does not fit: trimmed as before
+    assert await sent_messages("vllm", 5000) < 20
+
+
+async def test_without_a_count_the_estimate_decides() -> None:
+    assert await sent_messages("vllm", None) < 20
+    assert await sent_messages("llamacpp", None) < 20

@@ -51,7 +51,9 @@ ANSWERS = {
         "<|channel|>analysis<|message|>Think it over.<|end|>"
         "<|start|>assistant<|channel|>final<|message|>It is 5."
     ),
-    "llama3.2:1b": "Close it with `</think>` or `<|start|>assistant<|channel|>analysis<|message|>`.",
+    "llama3.2:1b": (
+        "Close it with `</think>` or `<|start|>assistant<|channel|>analysis<|message|>`."
+    ),
     "small": "Fine.",
     "chatty": (
         "The server said context_length_exceeded: This model's maximum context length is 300 "
@@ -77,7 +79,8 @@ def _answer(rec: Received) -> Reply:
     if not body.get("stream"):
         message = {"role": "assistant", "content": text}
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        return Reply.json({"id": "c", "object": "chat.completion", "created": 1, "choices": [choice]})
+        completion = {"id": "c", "object": "chat.completion", "created": 1, "choices": [choice]}
+        return Reply.json(completion)
     half = len(text) // 2
     chunks = [chunk(role="assistant", content=""), chunk(text[:half]), chunk(text[half:])]
     return Reply.stream(sse([*chunks, chunk(finish="stop")]))

@@ -11,6 +11,11 @@ Every endpoint that reaches an upstream goes through here, in one order::
       ─► pump(session, client, ready): each read through the session to
          the caller (held until ``ready``), and how the stream ended
 
+The budget is the row's and the model's asked there (``Upstream.window_for``
+and the rest of what that model taught, ``upstream/pool.Learned``); where
+the estimate says the prompt must be trimmed and the row's server can
+count tokens (vLLM, llama.cpp), its count decides (``server_counts``).
+
 A failure the caller must hear of is raised (``UpstreamFailure``: no row
 answered; ``scope.Answered``: a reply that could not be read) and answered
 in one place, ``Scope.answer``.
@@ -40,7 +45,7 @@ from .proxy import Proxy
 from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
-from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt
+from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -50,6 +55,7 @@ from .upstream.pool import (
     response_headers,
     send,
 )
+from .upstream.tokens import COUNTING, count_prompt
 
 log = logging.getLogger("streamfix.server")
 
@@ -135,6 +141,28 @@ def budgeted(
     return orjson.dumps(body)
 
 
+async def server_counts(
+    proxy: Proxy, body: dict[str, Any], rows: list[Upstream]
+) -> dict[Upstream, int]:
+    """The prompt's tokens as counted by each of ``rows`` whose server can
+    count (``upstream/tokens.py``) and for which the estimate says a trim
+    is due; the others are left to the estimate. Asked at once, each
+    bounded by ``tokens.COUNT_TIMEOUT``."""
+    asks = {}
+    for up in rows:
+        if up.info.engine not in COUNTING:
+            continue
+        base = with_model(body, up)
+        model = up.served(base.get("model"))
+        if may_not_fit(base, up.window_for(model), proxy.policy, up.token_scale(model)):
+            headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
+            asks[up] = count_prompt(proxy.client, up.info.engine, up.cfg.url, base, headers)
+    if not asks:
+        return {}
+    counts = await asyncio.gather(*asks.values())
+    return {up: n for up, n in zip(asks, counts, strict=True) if n is not None}
+
+
 def reply_failed(proxy: Proxy, up: Upstream, exc: Exception) -> web.Response:
     """A whole reply that could not be read (the connection died or went
     silent): counted, and the 502 (504 for a timeout) to answer."""
@@ -190,12 +218,17 @@ class Exchange:
         proxy = scope.proxy
         sent: dict[str, Any] = {}
         forward_auth = not scope.table.keys
+        eligible = rows if rows is not None or order is not None else scope.rows or None
+        counted: dict[Upstream, int] = {}
+        if budget and body is not None:
+            candidates = order or eligible or scope.table.upstreams
+            counted = await server_counts(proxy, body, candidates)
 
         def body_for(up: Upstream) -> bytes | None:
             if body is None:
                 return None
             if budget:
-                return budgeted(proxy, body, up, sent)
+                return budgeted(proxy, body, up, sent, counted)
             out = sent["body"] = with_model(body, up)
             return orjson.dumps(out)
 
@@ -217,7 +250,7 @@ class Exchange:
             timeout=proxy.timeout,
             on_error=proxy.upstream_error,
             order=order,
-            rows=rows if rows is not None or order is not None else scope.rows or None,
+            rows=eligible,
         )
         ex = cls(scope, up, resp, sent)
         if recorded:

@@ -17,13 +17,24 @@ the prompt (DeepSeek R1 and V3.2+ thinking, Qwen3 Thinking and 3.5+, GLM
 (vLLM's ``deepseek_r1`` and ``qwen3`` reasoning parsers treat a lone
 ``</think>`` the same way). So the start of a reply may be held until it
 is known whether it is reasoning: at most ``Context.reasoning_hold``
-characters (``UNOPENED_HOLD`` for a request to a reasoning model or an
-upstream known to reason; none otherwise, since holding delays every
-reply's first text). A close of a family whose template can open the
-reasoning (``Reasoning.prefilled``) within that many characters makes all
-before it reasoning; a reply cut by the token limit (``finish_reason:
-"length"``) before any close is all reasoning; otherwise the text was
-content all along and is released. The decisions depend on positions in
+characters (``UNOPENED_HOLD`` for a request to a reasoning model, or to a
+model the proxy saw reason on that row; none otherwise, since holding
+delays every reply's first text, and none when the request switches
+thinking off). A close of a family whose template can open the reasoning
+(``Reasoning.prefilled``) within that many characters makes all before it
+reasoning, unless it is inside inline code or a code block (then it is
+the answer's text, as everywhere else). Otherwise the text was content
+all along and is released.
+
+*A reply cut by the token limit* (``finish_reason: "length"``) inside the
+hold with no markup at all is reasoning only when all of these hold: the
+template is known to open the reasoning in the prompt
+(``Context.prompt_opens_reasoning``: the proxy saw this model on this row
+close reasoning it never opened, or the caller says so), the request did
+not switch thinking off, and no call began in the text (a call, even cut,
+is the answer's: the text before it stays content). A reasoning model's
+name alone is not enough: Qwen3, gpt-oss, Magistral and Gemma write their
+own open, and their cut answers are answers. The decisions depend on positions in
 the text, not on chunking, so the split is the same for any chunking. The
 hold is skipped when the upstream already separates reasoning (a reasoning
 field arrived first). Without a hold, markup is still recognised at the

@@ -26,6 +26,7 @@ __all__ = [
     "clamp_request",
     "estimate_prompt_tokens",
     "fit_prompt",
+    "may_not_fit",
 ]
 
 
@@ -257,6 +258,17 @@ def _turns(messages: list[Any]) -> list[list[int]]:
 
 #: What replaces the middle of a message too long to fit on its own.
 TRIM_MARK = "\n[… trimmed by streamfix to fit the model's context window …]\n"
+
+
+def may_not_fit(
+    body: dict[str, Any], window: int | None, policy: BudgetPolicy, scale: float = 1.0
+) -> bool:
+    """Whether ``fit_prompt(..., known_over=False)`` would trim ``body``:
+    its estimate leaves less than ``floor`` tokens of the window for the
+    reply (then a count by the server itself is worth asking for)."""
+    if not window or not isinstance(body.get("messages"), list):
+        return False
+    return estimate_prompt_tokens(body) * scale > window - policy.floor - policy.safety_margin
 
 
 def fit_prompt(
