@@ -15,7 +15,6 @@ A client that asks a 32K model for ``max_tokens: 65536`` gets an opaque 400
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,20 +83,29 @@ MEDIA_PART_TYPES = frozenset(
 )
 
 
-#: ASCII punctuation and symbols.
-_SYMBOLS = re.compile(r"[!-/:-@\[-`{-~]")
-#: The characters UTF-8 writes in three bytes (U+0800–U+FFFF).
-_WIDE = re.compile("[\u0800-\uffff]")
+#: ASCII punctuation and symbols, as bytes.
+_SYMBOLS = bytes(c for c in range(33, 127) if not chr(c).isalnum())
+#: The lead bytes of the characters UTF-8 writes in three bytes
+#: (U+0800–U+FFFF).
+_WIDE_LEADS = bytes(range(0xE0, 0xF0))
+
+
+def _count(data: bytes, members: bytes) -> int:
+    """How many bytes of ``data`` are among ``members`` (a deletion by
+    ``bytes.translate``: about a millisecond a megabyte, where a regex
+    takes seventy; the estimate runs on the event loop)."""
+    return len(data) - len(data.translate(None, members))
 
 
 def _text_tokens(text: str) -> float:
     n_chars = len(text)
-    symbols = len(_SYMBOLS.findall(text))
+    data = text.encode("utf-8", "surrogatepass")
+    symbols = _count(data, _SYMBOLS)
     tokens = (n_chars - symbols) / CHARS_PER_TOKEN + symbols * TOKENS_PER_SYMBOL
-    if text.isascii():
+    if len(data) == n_chars:  # ASCII
         return tokens
-    wide = len(_WIDE.findall(text))
-    extra = len(text.encode("utf-8", "surrogatepass")) - n_chars - 2 * wide
+    wide = _count(data, _WIDE_LEADS)
+    extra = len(data) - n_chars - 2 * wide
     return (
         tokens + wide * (TOKENS_PER_WIDE_CHAR - 1 / CHARS_PER_TOKEN) + extra * TOKENS_PER_EXTRA_BYTE
     )
