@@ -61,9 +61,11 @@ class Options:
     unopened_reasoning_hold: int | None = None
     #: The chat template is known to open the reasoning in the prompt (the
     #: proxy learns it per row and model from a close that had no open).
-    #: Only then is a reply cut by the token limit inside the hold, with no
-    #: reasoning markup at all, taken for reasoning; otherwise it is the
-    #: answer, cut (``transforms/reasoning.py``).
+    #: Only then, or for a request that asks a reasoning model
+    #: (``looks_like_reasoning``), is a reply cut by the token limit inside
+    #: the hold, with no reasoning markup at all, taken for reasoning;
+    #: otherwise it is the answer, cut (``transforms/reasoning.py``). Never
+    #: when the request switches thinking off.
     prompt_opens_reasoning: bool = False
 
     @classmethod
@@ -131,13 +133,33 @@ class Report:
 
 def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` or ``thinking`` (the templates' two spellings), or
-    None when it says nothing."""
+    ``enable_thinking`` or ``thinking`` (the templates' two spellings);
+    else False when the latest user or system message that writes Qwen3's
+    soft switch writes ``/no_think`` (after any ``/think``); None when it
+    says nothing."""
     kwargs = request.get("chat_template_kwargs")
     if isinstance(kwargs, dict):
         for key in ("enable_thinking", "thinking"):
             if isinstance(kwargs.get(key), bool):
                 return bool(kwargs[key])
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for msg in reversed(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "system"):
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        if not isinstance(content, str):
+            continue
+        off, on = content.rfind("/no_think"), content.rfind("/think")
+        if off > on:
+            return False
+        if on >= 0:
+            return None
     return None
 
 
@@ -173,8 +195,9 @@ class Context:
     #: (``Options.unopened_reasoning_hold`` resolved for this request).
     reasoning_hold: int = 0
     #: A reply cut inside the hold with no markup is reasoning: the
-    #: template opens it in the prompt (``Options.prompt_opens_reasoning``)
-    #: and the request did not switch thinking off.
+    #: template is known to open it in the prompt
+    #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
+    #: model (which also means it did not switch thinking off).
     prompt_opens_reasoning: bool = False
 
     @property
@@ -193,6 +216,6 @@ class Context:
             options=opts,
             report=Report(),
             reasoning_hold=max(0, hold),
-            prompt_opens_reasoning=opts.prompt_opens_reasoning
+            prompt_opens_reasoning=(opts.prompt_opens_reasoning or looks_like_reasoning(request))
             and thinking_switch(request or {}) is not False,
         )

@@ -92,8 +92,8 @@ async def test_one_models_reasoning_does_not_raise_anothers_max_tokens() -> None
 
 
 async def test_no_think_keeps_markup_in_inline_code() -> None:
-    """A Qwen3 name is held for reasoning its prompt may open; a close
-    written in inline code within that hold is the answer's text."""
+    """Qwen3's soft switch ``/no_think`` switches thinking off: no hold,
+    and the close written in inline code is the answer's text."""
     messages = [{"role": "user", "content": "How do I end a thought? /no_think"}]
     async with (
         FakeUpstream(Reply.stream(text_stream([EXPLAINS]))) as up,
@@ -101,6 +101,19 @@ async def test_no_think_keeps_markup_in_inline_code() -> None:
     ):
         _, data = await post(px, {**chat(QWEN), "messages": messages})
     assert (assemble(data).content, assemble(data).reasoning) == (EXPLAINS, "")
+
+
+async def test_the_held_start_keeps_markup_in_inline_code() -> None:
+    """Without ``/no_think`` the start of a Qwen3 reply is held; the close
+    in inline code is still text, and so is Harmony's open."""
+    async with (
+        FakeUpstream(Reply.stream(text_stream([EXPLAINS[:30], EXPLAINS[30:]]))) as up,
+        AppServer(proxy_app(up.url)) as px,
+    ):
+        _, data = await post(px, chat(QWEN))
+        _, gpt = await post(px, chat("gpt-oss-20b"))
+    for got in (data, gpt):
+        assert (assemble(got).content, assemble(got).reasoning) == (EXPLAINS, "")
 
 
 CUT = "The order A-1 shipped on Monday and should arrive by"
@@ -124,8 +137,8 @@ async def test_thinking_off_outranks_reasoning_learned() -> None:
 
 
 async def test_an_unmarked_reply_cut_by_the_limit_is_the_answer() -> None:
-    """``/no_think`` on a fresh proxy: a Qwen3 name is held, but nothing
-    says its prompt opens the reasoning: the cut reply is content."""
+    """``/no_think`` on a fresh proxy: thinking is off for this Qwen3
+    request, so its unmarked reply cut by the limit is its answer."""
     messages = [{"role": "user", "content": "When does A-1 arrive? /no_think"}]
     async with (
         FakeUpstream(Reply.stream(text_stream([CUT], finish="length"))) as up,

@@ -82,17 +82,19 @@ def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
     held for a reasoning section the prompt opened when this model on this
     row is known to reason (configured, probed, or seen reasoning) or its
     name is a reasoning model's; an unmarked reply cut by the token limit
-    is reasoning only for a model seen closing reasoning its prompt opened.
+    is reasoning only for such a name or a model seen closing reasoning its
+    prompt opened (not for one merely seen reasoning in its own markup).
     With nothing known, the client's request decides
     (``Options.unopened_reasoning_hold``)."""
     body = body or {}
     if thinking_switch(body) is False:
         return {"unopened_reasoning_hold": 0}
     model = up.served(body.get("model"))
+    named = looks_like_reasoning(body)  # as the row's server names the model
     opts: dict[str, Any] = {}
-    if up.reasons(model) or looks_like_reasoning(body):
+    if up.reasons(model) or named:
         opts["unopened_reasoning_hold"] = UNOPENED_HOLD
-    if up.prompt_opens(model):
+    if up.prompt_opens(model) or named:
         opts["prompt_opens_reasoning"] = True
     return opts
 

@@ -27,14 +27,16 @@ the answer's text, as everywhere else). Otherwise the text was content
 all along and is released.
 
 *A reply cut by the token limit* (``finish_reason: "length"``) inside the
-hold with no markup at all is reasoning only when all of these hold: the
-template is known to open the reasoning in the prompt
-(``Context.prompt_opens_reasoning``: the proxy saw this model on this row
-close reasoning it never opened, or the caller says so), the request did
-not switch thinking off, and no call began in the text (a call, even cut,
-is the answer's: the text before it stays content). A reasoning model's
-name alone is not enough: Qwen3, gpt-oss, Magistral and Gemma write their
-own open, and their cut answers are answers. The decisions depend on positions in
+hold with no markup at all is reasoning only when both hold: the template
+is known to open the reasoning in the prompt
+(``Context.prompt_opens_reasoning``: the request asks a reasoning model by
+name or by a field, or the proxy saw this model on this row close
+reasoning it never opened), which a request that switches thinking off
+(``chat_template_kwargs``, or Qwen3's ``/no_think``) never is; and no call
+began in the text (a call, even cut, is the answer's: the text before it
+stays content). A hold that comes only from the proxy having seen the
+model reason in its own markup (Gemma's channel, ``[THINK]``) does not
+make its cut answer reasoning. The decisions depend on positions in
 the text, not on chunking, so the split is the same for any chunking. The
 hold is skipped when the upstream already separates reasoning (a reasoning
 field arrived first). Without a hold, markup is still recognised at the
