@@ -59,6 +59,14 @@ class Options:
     #: ``looks_like_reasoning``), else nothing; the proxy also holds for an
     #: upstream it has seen reasoning. An integer sets it (0: never).
     unopened_reasoning_hold: int | None = None
+    #: The chat template is known to open the reasoning in the prompt (the
+    #: proxy learns it per row and model from a close that had no open).
+    #: Only then, or for a request that asks a reasoning model
+    #: (``looks_like_reasoning``), is a reply cut by the token limit inside
+    #: the hold, with no reasoning markup at all, taken for reasoning;
+    #: otherwise it is the answer, cut (``transforms/reasoning.py``). Never
+    #: when the request switches thinking off.
+    prompt_opens_reasoning: bool = False
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> Options:
@@ -110,6 +118,9 @@ class Report:
     #: ``<think>`` section): the model reasons before answering, so the
     #: proxy gives it a larger output allowance next time.
     reasoning: bool = False
+    #: The reasoning had no open: a close ended reasoning the chat
+    #: template opened in the prompt.
+    prompt_opened_reasoning: bool = False
 
     def count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] += n
@@ -120,15 +131,35 @@ class Report:
             self.unrecognised.append(text[:SAMPLE_CHARS])
 
 
-def _thinking_switch(request: dict[str, Any]) -> bool | None:
+def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` or ``thinking`` (the templates' two spellings), or
-    None when it says nothing."""
+    ``enable_thinking`` or ``thinking`` (the templates' two spellings);
+    else False when the latest user or system message that writes Qwen3's
+    soft switch writes ``/no_think`` (after any ``/think``); None when it
+    says nothing."""
     kwargs = request.get("chat_template_kwargs")
     if isinstance(kwargs, dict):
         for key in ("enable_thinking", "thinking"):
             if isinstance(kwargs.get(key), bool):
                 return bool(kwargs[key])
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for msg in reversed(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "system"):
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        if not isinstance(content, str):
+            continue
+        off, on = content.rfind("/no_think"), content.rfind("/think")
+        if off > on:
+            return False
+        if on >= 0:
+            return None
     return None
 
 
@@ -139,7 +170,7 @@ def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     reasons by default (unless the request switched thinking off)."""
     if not request:
         return False
-    switch = _thinking_switch(request)
+    switch = thinking_switch(request)
     if switch is not None:
         return switch
     if request.get("reasoning_effort") or request.get("reasoning") or request.get("thinking"):
@@ -163,6 +194,11 @@ class Context:
     #: Characters the reasoning splitter holds at the start of a reply
     #: (``Options.unopened_reasoning_hold`` resolved for this request).
     reasoning_hold: int = 0
+    #: A reply cut inside the hold with no markup is reasoning: the
+    #: template is known to open it in the prompt
+    #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
+    #: model (which also means it did not switch thinking off).
+    prompt_opens_reasoning: bool = False
 
     @property
     def has_tools(self) -> bool:
@@ -180,4 +216,6 @@ class Context:
             options=opts,
             report=Report(),
             reasoning_hold=max(0, hold),
+            prompt_opens_reasoning=(opts.prompt_opens_reasoning or looks_like_reasoning(request))
+            and thinking_switch(request or {}) is not False,
         )

@@ -11,6 +11,11 @@ Every endpoint that reaches an upstream goes through here, in one order::
       ─► pump(session, client, ready): each read through the session to
          the caller (held until ``ready``), and how the stream ended
 
+The budget is the row's and the model's asked there (``Upstream.window_for``
+and the rest of what that model taught, ``upstream/pool.Learned``); where
+the estimate says the prompt must be trimmed and the row's server can
+count tokens (vLLM, llama.cpp), its count decides (``server_counts``).
+
 A failure the caller must hear of is raised (``UpstreamFailure``: no row
 answered; ``scope.Answered``: a reply that could not be read) and answered
 in one place, ``Scope.answer``.
@@ -30,7 +35,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..context import UNOPENED_HOLD
+from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
 from ..session import error_event
 from . import record
@@ -40,7 +45,7 @@ from .proxy import Proxy
 from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
-from .upstream.budget import clamp_request, fit_prompt
+from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -50,6 +55,7 @@ from .upstream.pool import (
     response_headers,
     send,
 )
+from .upstream.tokens import COUNTING, count_prompt
 
 log = logging.getLogger("streamfix.server")
 
@@ -68,12 +74,29 @@ class StreamSession(Protocol):
     def finish(self) -> None: ...
 
 
-def chain_options(up: Upstream) -> dict[str, Any]:
-    """The chain's options for a reply from ``up``: an upstream known to
-    reason (configured, or seen reasoning) gets the start of its replies
-    held for a reasoning section the prompt opened; for others the request
-    decides (``Options.unopened_reasoning_hold``)."""
-    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
+    """The chain's options for ``up``'s reply to ``body`` (as sent: named
+    as the row's server knows the model). What the request says comes
+    first: thinking switched off (``chat_template_kwargs``) means no hold
+    and no split of an unmarked reply. Otherwise the start of the reply is
+    held for a reasoning section the prompt opened when this model on this
+    row is known to reason (configured, probed, or seen reasoning) or its
+    name is a reasoning model's; an unmarked reply cut by the token limit
+    is reasoning only for such a name or a model seen closing reasoning its
+    prompt opened (not for one merely seen reasoning in its own markup).
+    With nothing known, the client's request decides
+    (``Options.unopened_reasoning_hold``)."""
+    body = body or {}
+    if thinking_switch(body) is False:
+        return {"unopened_reasoning_hold": 0}
+    model = up.served(body.get("model"))
+    named = looks_like_reasoning(body)  # as the row's server names the model
+    opts: dict[str, Any] = {}
+    if up.reasons(model) or named:
+        opts["unopened_reasoning_hold"] = UNOPENED_HOLD
+    if up.prompt_opens(model) or named:
+        opts["prompt_opens_reasoning"] = True
+    return opts
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -85,22 +108,61 @@ def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
     return {**body, "model": model}
 
 
-def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
-    """The body for ``up``: the prompt fitted to its window, max_tokens
-    clamped, engine fields added. ``sent`` receives the final body and
-    what was clamped."""
-    base, trim = fit_prompt(
-        with_model(base, up), up.window, proxy.policy, scale=up.token_scale, known_over=False
-    )
+def budgeted(
+    proxy: Proxy,
+    base: dict[str, Any],
+    up: Upstream,
+    sent: dict[str, Any],
+    counted: dict[Upstream, int] | None = None,
+) -> bytes:
+    """The body for ``up``: the prompt fitted to the window of the model
+    asked on that row, max_tokens clamped (with the reasoning allowance
+    only for a model that reasons there, and not when the request switched
+    thinking off), engine fields added. ``counted``: prompts the server
+    itself counted (``upstream/tokens.py``), which decide a trim instead
+    of the estimate. ``sent`` receives the final body and what was
+    clamped."""
+    base = with_model(base, up)
+    model = up.served(base.get("model"))
+    window = up.window_for(model)
+    scale = up.token_scale(model)
+    count = counted.get(up) if counted else None
+    if count is not None:
+        estimate = estimate_prompt_tokens(base)
+        scale = count / estimate if estimate else scale
+    base, trim = fit_prompt(base, window, proxy.policy, scale=scale, known_over=False)
     if trim is not None:
         count_trim(proxy.metrics, up, trim)
-    body, clamp = clamp_request(base, up.window, proxy.policy, reasoning=up.info.reasoning)
+    reasoning = up.reasons(model) and thinking_switch(base) is not False
+    body, clamp = clamp_request(base, window, proxy.policy, reasoning=reasoning)
     extra = engine_fields(body, up.info)
     if extra:
         body = {**body, **extra}
     sent["body"] = body
     sent["clamp"] = clamp
     return orjson.dumps(body)
+
+
+async def server_counts(
+    proxy: Proxy, body: dict[str, Any], rows: list[Upstream]
+) -> dict[Upstream, int]:
+    """The prompt's tokens as counted by each of ``rows`` whose server can
+    count (``upstream/tokens.py``) and for which the estimate says a trim
+    is due; the others are left to the estimate. Asked at once, each
+    bounded by ``tokens.COUNT_TIMEOUT``."""
+    asks = {}
+    for up in rows:
+        if up.info.engine not in COUNTING:
+            continue
+        base = with_model(body, up)
+        model = up.served(base.get("model"))
+        if may_not_fit(base, up.window_for(model), proxy.policy, up.token_scale(model)):
+            headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
+            asks[up] = count_prompt(proxy.client, up.info.engine, up.cfg.url, base, headers)
+    if not asks:
+        return {}
+    counts = await asyncio.gather(*asks.values())
+    return {up: n for up, n in zip(asks, counts, strict=True) if n is not None}
 
 
 def reply_failed(scope: Scope, up: Upstream, exc: Exception) -> web.Response:
@@ -158,12 +220,17 @@ class Exchange:
         proxy = scope.proxy
         sent: dict[str, Any] = {}
         forward_auth = not scope.table.keys
+        eligible = rows if rows is not None or order is not None else scope.rows or None
+        counted: dict[Upstream, int] = {}
+        if budget and body is not None:
+            candidates = order or eligible or scope.table.upstreams
+            counted = await server_counts(proxy, body, candidates)
 
         def body_for(up: Upstream) -> bytes | None:
             if body is None:
                 return None
             if budget:
-                return budgeted(proxy, body, up, sent)
+                return budgeted(proxy, body, up, sent, counted)
             out = sent["body"] = with_model(body, up)
             return orjson.dumps(out)
 
@@ -185,7 +252,7 @@ class Exchange:
             timeout=proxy.timeout,
             on_error=proxy.upstream_error,
             order=order,
-            rows=rows if rows is not None or order is not None else scope.rows or None,
+            rows=eligible,
         )
         ex = cls(scope, up, resp, sent)
         if recorded:
@@ -198,7 +265,13 @@ class Exchange:
     @property
     def options(self) -> dict[str, Any]:
         """The chain's options for this upstream's reply."""
-        return chain_options(self.up)
+        return chain_options(self.up, self.sent.get("body"))
+
+    @property
+    def model(self) -> str:
+        """The model asked, as its row's server knows it: the key of what
+        is learned from this reply."""
+        return self.up.served((self.sent.get("body") or {}).get("model"))
 
     @property
     def ok(self) -> bool:

@@ -57,7 +57,7 @@ from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
 from ..proxy import PROXY
-from ..reask import Attempt, named_tool, narrow_to_tool
+from ..reask import Attempt, named_tool, narrow_to_tool, stream_error
 from ..scope import Scope
 from ..upstream.pool import UpstreamFailure
 
@@ -145,8 +145,8 @@ def _repaired(
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.observe(time.perf_counter() - t0)
-    if ctx.report.reasoning and not ex.up.info.reasoning:
-        ex.up.mark_reasoning()
+    if ctx.report.reasoning:
+        ex.up.mark_reasoning(ex.model, ctx.report.prompt_opened_reasoning)
     proxy.count_report(ctx.report)
     return fixed, ctx.report
 
@@ -248,14 +248,16 @@ async def _attempt(
         ended = await ex.pump(session, client, ready)
     finally:
         proxy.count_report(session.report)
-        if session.report.reasoning and not up.info.reasoning:
-            up.mark_reasoning()
+        if session.report.reasoning:
+            up.mark_reasoning(ex.model, session.report.prompt_opened_reasoning)
     if session.stopped:
         log.info("cut %s: %s", up.name, session.report.cut)
     if not client.committed and client.held_bytes:
-        # llama.cpp-style overflow reported as an error event in a 200 stream
+        # llama.cpp-style overflow reported as an error event in a 200
+        # stream: the upstream's error events only, never the reply's text
         held = b"".join(client.held)
-        if b"context_length_exceeded" in held and proxy.ask.context_exceeded(up, att, held):
+        error = stream_error(held) if b"context_length_exceeded" in held else None
+        if error is not None and proxy.ask.context_exceeded(up, att, error):
             return Outcome(None if client.gone() else "context")
     if ended.error is None and not client.committed:
         reason = proxy.ask.reason(att, session.report, chain.calls_emitted)

@@ -82,13 +82,14 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
     estimates it for budgets (``budget.estimate_prompt_tokens``, scaled by
-    what the model's first row's counts taught it); no upstream call."""
+    what the model's counts on its first row taught it); no upstream call."""
     body = await _json_body(request)
     if isinstance(body, dict):
         body = {**body, "max_tokens": 1, "stream": False}
     chat = MessagesDoor(body).chat_body
     scope = Scope.of(request, "count_tokens")
-    scale = scope.table.route("chat", chat.get("model"), scope.tenant).rows[0].token_scale
+    row = scope.table.route("chat", chat.get("model"), scope.tenant).rows[0]
+    scale = row.token_scale(row.served(chat.get("model")))
     tokens = max(1, round(estimate_prompt_tokens(chat) * scale))
     return web.json_response({"input_tokens": tokens})
 

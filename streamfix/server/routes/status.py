@@ -1,4 +1,4 @@
-"""``GET /healthz`` (the upstream rows and what was probed) and ``GET
+"""``GET /healthz`` (the upstream rows, what was probed and learned) and ``GET
 /metrics`` (Prometheus text format). Both are open unless
 ``protect_status`` (``guards.auth_mw``)."""
 
@@ -23,9 +23,13 @@ async def healthz(request: web.Request) -> web.Response:
             "name": u.cfg.served,
             "kind": u.cfg.kind,
             "resting": u.resting(now),
-            "window": u.window,
+            # a named row: what is known of its model; a catch-all row:
+            # what was configured or probed (what it learned is per client
+            # name, and those names are not listed here)
+            "window": u.window if u.cfg.model is None else u.window_for(u.cfg.model),
             "engine": u.info.engine,
-            "reasoning": u.info.reasoning,
+            "reasoning": u.info.reasoning if u.cfg.model is None else u.reasons(u.cfg.model),
+            "learned_models": len(u.learned),
             **({"dimensions": u.dimensions} if u.cfg.kind == "embedding" else {}),
         }
         for u in Scope.of(request, "healthz").table.upstreams

@@ -50,6 +50,7 @@ import dataclasses
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from ..config import UpstreamConfig
-from .engines import UpstreamInfo
+from .engines import MAX_WINDOW, MIN_WINDOW, UpstreamInfo
 
 log = logging.getLogger("streamfix.upstreams")
 
@@ -98,8 +99,43 @@ MAX_BACKOFF = 5.0
 ERROR_BODY_BYTES = 64 * 1024
 
 
+#: Served model names whose learned facts one catch-all row keeps (least
+#: recently used first out): a catch-all row serves any name a client
+#: sends, so what it learns per name must be bounded.
+MAX_LEARNED_MODELS = 64
+
+
+@dataclass(slots=True)
+class Learned:
+    """What the replies of one served model on one row taught the proxy.
+
+    Only the upstream teaches ``window`` and ``token_scale``: its error
+    status or an error event in its stream (``reask.AskAgain.context_exceeded``),
+    never a reply's text. ``reasoning`` and ``prompt_opens`` come from the
+    chain's report on this model's own replies.
+    """
+
+    #: The context window an overflow error stated.
+    window: int | None = None
+    #: The upstream's own prompt token count over our estimate, from an
+    #: overflow error that states it (1.0 until then).
+    token_scale: float = 1.0
+    #: Its replies carried reasoning (a larger output allowance, and the
+    #: start of its replies held for an unopened reasoning section).
+    reasoning: bool = False
+    #: It closed reasoning it never opened: its chat template opens the
+    #: reasoning in the prompt (a reply cut before any close is reasoning).
+    prompt_opens: bool = False
+
+
 class Upstream:
-    """One configured upstream and what is known about it."""
+    """One configured upstream: what was configured and probed of it (per
+    row: one server is one engine), and what was learned per served model
+    (``Learned``, keyed by the model name sent upstream: the row's
+    ``model``, or on a catch-all row the client's name, at most
+    ``MAX_LEARNED_MODELS`` of them). One URL commonly serves many models
+    (Ollama, LM Studio, vLLM, another gateway): one model's window,
+    reasoning or token counts say nothing of another's."""
 
     __slots__ = (
         "cfg",
@@ -107,14 +143,15 @@ class Upstream:
         "failures",
         "info",
         "label",
+        "learned",
         "rested_until",
-        "token_scale",
         "went_500",
     )
 
     def __init__(self, cfg: UpstreamConfig, previous: Upstream | None = None) -> None:
         """``previous``: the same backend in the table this one replaces (a
-        reload): what was probed and learned of it carries over."""
+        reload): what was probed and learned of it carries over, except
+        learned windows where the new configuration sets one (it wins)."""
         self.cfg = cfg
         self.info = UpstreamInfo(window=cfg.window, engine=None, reasoning=cfg.reasoning)
         self.rested_until = 0.0
@@ -125,14 +162,17 @@ class Upstream:
         #: The requests (their bodies' hashes) answered 500 since the last
         #: success, at most ``REST_AFTER_500S``.
         self.went_500: set[int] = set()
-        #: The upstream's own prompt token count over our estimate, learned
-        #: from an overflow error that states it (1.0 until then).
-        self.token_scale = 1.0
+        self.learned: OrderedDict[str, Learned] = OrderedDict()
         #: An embedding row's vector size, probed.
         self.dimensions: int | None = None
         if previous is not None:
             self.set_info(dataclasses.replace(previous.info))
-            self.token_scale = previous.token_scale
+            for model, facts in previous.learned.items():
+                facts = dataclasses.replace(facts)
+                # a window configured now wins; a learned one is re-checked
+                if cfg.window is not None or not MIN_WINDOW <= (facts.window or 0) <= MAX_WINDOW:
+                    facts.window = None
+                self.learned[model] = facts
             self.dimensions = previous.dimensions
             self.rested_until = previous.rested_until
             self.failures = previous.failures
@@ -140,7 +180,7 @@ class Upstream:
 
     @property
     def probed(self) -> bool:
-        """Whether a probe (or a reply) taught anything about the backend."""
+        """Whether a probe taught anything about the backend."""
         return self.info.engine is not None or self.info.window is not None
 
     @property
@@ -149,23 +189,91 @@ class Upstream:
 
     @property
     def window(self) -> int | None:
+        """The row's window as configured or probed (``window_for`` adds
+        what a model's errors taught)."""
         return self.cfg.window if self.cfg.window is not None else self.info.window
 
+    def served(self, model: object) -> str:
+        """The model name sent upstream for a request naming ``model``:
+        the row's own, or on a catch-all row the client's (the key of what
+        is learned)."""
+        if self.cfg.model is not None:
+            return self.cfg.model
+        return model if isinstance(model, str) else ""
+
+    def facts(self, model: str) -> Learned | None:
+        """What ``model``'s replies on this row taught, if anything."""
+        facts = self.learned.get(model)
+        if facts is not None:
+            self.learned.move_to_end(model)
+        return facts
+
+    def learn(self, model: str) -> Learned:
+        """``model``'s learned facts, to be updated (made if new; the least
+        recently used model's are dropped past ``MAX_LEARNED_MODELS``)."""
+        facts = self.facts(model)
+        if facts is None:
+            facts = self.learned[model] = Learned()
+            while len(self.learned) > MAX_LEARNED_MODELS:
+                self.learned.popitem(last=False)
+        return facts
+
+    def window_for(self, model: str) -> int | None:
+        """The window a request for ``model`` is budgeted with: configured,
+        else learned from this model's own overflow error, else probed."""
+        if self.cfg.window is not None:
+            return self.cfg.window
+        facts = self.facts(model)
+        if facts is not None and facts.window is not None:
+            return facts.window
+        return self.info.window
+
+    def token_scale(self, model: str) -> float:
+        facts = self.facts(model)
+        return facts.token_scale if facts is not None else 1.0
+
+    def reasons(self, model: str) -> bool:
+        """Whether ``model`` on this row is known to reason: configured for
+        the row, probed for that model (a catch-all row's probe describes
+        one listed model only), or seen in its own replies."""
+        if self.cfg.reasoning:
+            return True
+        if self.info.reasoning and (self.cfg.model is not None or self.info.model == model):
+            return True
+        facts = self.facts(model)
+        return facts is not None and facts.reasoning
+
+    def prompt_opens(self, model: str) -> bool:
+        """Whether ``model``'s template is known to open the reasoning in
+        the prompt (seen closing reasoning it never opened)."""
+        facts = self.facts(model)
+        return facts is not None and facts.prompt_opens
+
     def set_info(self, info: UpstreamInfo) -> None:
-        """A probe result; configured values override probed ones."""
+        """A probe result; configured values override probed ones. A probe
+        that states the window of a named row's own model replaces a window
+        learned for it (the fresher fact); a catch-all row's probe speaks
+        for no particular client name, so learned windows stay."""
         if self.cfg.window is not None:
             info.window = self.cfg.window
-        elif info.window is None:
-            info.window = self.info.window  # keep a window learned from an error
-        info.reasoning = info.reasoning or self.info.reasoning or self.cfg.reasoning
+        elif info.window is not None and self.cfg.model is not None:
+            facts = self.learned.get(self.cfg.model)
+            if facts is not None:
+                facts.window = None
+        info.reasoning = info.reasoning or self.cfg.reasoning
         self.info = info
 
-    def learn_window(self, window: int) -> None:
+    def learn_window(self, model: str, window: int) -> None:
+        """An overflow error from ``model`` stated the window."""
         if self.cfg.window is None:
-            self.info.window = window
+            self.learn(model).window = window
 
-    def mark_reasoning(self) -> None:
-        self.info.reasoning = True
+    def mark_reasoning(self, model: str, prompt_opens: bool = False) -> None:
+        """``model``'s reply carried reasoning (``prompt_opens``: reasoning
+        its prompt opened)."""
+        facts = self.learn(model)
+        facts.reasoning = True
+        facts.prompt_opens = facts.prompt_opens or prompt_opens
 
     def resting(self, now: float) -> bool:
         return now < self.rested_until

@@ -14,7 +14,9 @@ reload (SIGHUP) builds a new one and swaps ``Proxy.table``; each request
 takes the table in force when it arrives (its ``Scope``) and keeps it to
 its end, so streams in flight finish on the rows they started with. What
 was probed or learned of a backend (``UpstreamConfig.identity``) carries
-over to the new table.
+over to the new table: the probe, and per served model its window, token
+scale and reasoning (``pool.Learned``), except that a window the new
+configuration sets wins over the learned ones, which are dropped.
 """
 
 from __future__ import annotations
