@@ -60,18 +60,23 @@ def build_pipeline(ctx: Context) -> list[Transform]:
     steps: list[Transform] = []
     if ctx.has_tools:
         steps.append(Accumulator(ctx))
-    if ctx.has_tools and opts.split_reasoning:
-        steps.append(ReasoningSplitter(ctx))
+    splitter = ReasoningSplitter(ctx) if ctx.has_tools and opts.split_reasoning else None
+    if splitter is not None:
+        steps.append(splitter)
     cutter = RepetitionCutter(ctx) if opts.repetition else None
     if cutter is not None:
         steps.append(cutter)
-    if ctx.has_tools and opts.lift:
+    if ctx.lifts:
         detector = ToolTagDetector(ctx)
         steps.append(detector)
         if cutter is not None:
             # The cutter runs first; it asks the detector whether a counted
             # loop it finds in content is in a call held as text.
             cutter.watch_calls(detector.holds_call)
+        if splitter is not None:
+            # JSON in an answer channel of a family whose calls have their
+            # own channel is the answer (``Reasoning.calls_apart``).
+            detector.watch_answer(splitter.in_answer)
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
     return steps
@@ -124,6 +129,8 @@ class _Choice:
         "n_calls",
         "reasoning_key",
         "reasoning_lane",
+        "report",
+        "room",
         "saw_output",
         "steps",
         "text_lane",
@@ -139,6 +146,10 @@ class _Choice:
         self.n_calls = 0  # calls emitted so far: the next call's index
         self.reasoning_key = "reasoning_content"
         self.saw_output = False  # any text or call reached the client
+        #: Calls this choice may still emit: one under
+        #: ``parallel_tool_calls: false``, else any (-1).
+        self.room = -1 if ctx.parallel_tool_calls else 1
+        self.report = ctx.report
 
     def run(self, d: Delta, closing: bool, start: int = 0) -> None:
         for step in self.steps if not start else self.steps[start:]:
@@ -148,9 +159,22 @@ class _Choice:
                 step.feed(d)
                 if d.stop:
                     closing = True
+        if d.calls and self.room >= 0:
+            self._one_call(d)
         if closing:
             self.done = True
             self.cut = d.stop
+
+    def _one_call(self, d: Delta) -> None:
+        """``parallel_tool_calls: false``: the first call emitted stays (from
+        text or structured); the later ones are dropped and counted. Their
+        markup was already taken out of the text by the detector."""
+        calls = d.calls or []
+        kept = calls[: self.room]
+        if len(kept) < len(calls):
+            self.report.count("dropped_call.parallel", len(calls) - len(kept))
+        self.room -= len(kept)
+        d.calls = kept or None
 
 
 def delta_in(dv: DeltaView | None, finish_reason: str | None) -> Delta:

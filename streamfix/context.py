@@ -1,7 +1,7 @@
 """What one request tells the chain, and what the chain reports back.
 
-``Context`` is built once per request from the client's body (its ``tools``
-and ``tool_choice``) and the caller's options. ``Report`` is the chain's
+``Context`` is built once per request from the client's body (its ``tools``,
+``tool_choice`` and ``parallel_tool_calls``) and the caller's options. ``Report`` is the chain's
 side channel to the I/O layer and the metrics: what was repaired, whether
 the stream was cut (so the proxy closes the upstream at once), whether the
 reply came out empty or with a cut-off call (so the proxy can ask again).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Characters of the start of a reply held while it may be an unopened
 #: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
@@ -25,9 +25,10 @@ MAX_SAMPLES = 8
 SAMPLE_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """One offered tool: its name and JSON schema of parameters."""
+class ToolSpec(NamedTuple):
+    """One offered tool: its name and JSON schema of parameters. (A named
+    tuple: a request builds one per offered tool before its first byte, and
+    a tuple is made several times faster than a frozen dataclass.)"""
 
     name: str
     parameters: dict[str, Any]
@@ -199,10 +200,22 @@ class Context:
     #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
     #: model (which also means it did not switch thinking off).
     prompt_opens_reasoning: bool = False
+    #: The request's ``parallel_tool_calls``: False allows one call per
+    #: choice (the first emitted; the chain drops the rest, counted as
+    #: ``dropped_call.parallel``).
+    parallel_tool_calls: bool = True
 
     @property
     def has_tools(self) -> bool:
         return bool(self.tools)
+
+    @property
+    def lifts(self) -> bool:
+        """Calls written as text are lifted: tools offered, the option on,
+        and ``tool_choice`` is not ``"none"`` (the client said no tool may
+        run this turn: such text stays text; leftover markup is still
+        stripped)."""
+        return bool(self.tools) and self.options.lift and self.tool_choice != "none"
 
     @classmethod
     def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
@@ -218,4 +231,5 @@ class Context:
             reasoning_hold=max(0, hold),
             prompt_opens_reasoning=(opts.prompt_opens_reasoning or looks_like_reasoning(request))
             and thinking_switch(request or {}) is not False,
+            parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
         )

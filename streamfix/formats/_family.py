@@ -294,7 +294,7 @@ def opens_with(skip: int, first: str, *closes: str) -> Steps:
 
 def loads(text: str) -> Any:
     """JSON, else a Python literal (single quotes, ``True``, trailing
-    commas), else ``None``. Arguments are repaired later by ``args.py``;
+    commas), else ``None``. Arguments are repaired later by ``toolargs.py``;
     this only reads the envelope (a list of call objects and the like)."""
     s = text.strip()
     if not s:
@@ -348,7 +348,7 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
     """An XML parameter's text as the chat templates wrote it: raw for a
     string parameter, JSON (``tojson``) for any other. Decoded as JSON
     unless the offered tool's schema says the parameter is a string; text
-    that is not JSON stays text (``args.py`` converts it by schema later)."""
+    that is not JSON stays text (``toolargs.py`` converts it by schema later)."""
     prop = _prop(tools, name, key)
     if prop is not None and "string" in schema_types(prop):
         return raw

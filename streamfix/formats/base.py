@@ -34,6 +34,15 @@ asked for when an end finder returns ``OPAQUE`` (a code fence in another
 language: the region and everything up to the finder's end is plain text
 that is not searched for calls).
 
+``body_shape(region, tools, final)`` tells call syntax from prose that
+mentions a marker: whether the text after the marker reads as this
+format's body (True), not at all (False: "Hermes models wrap calls in
+<tool_call> tags, and …"), or cannot tell yet (None; at the end of the
+stream, ``final``, it must decide). The detector asks it while a wrapped
+region's head is short (``SHAPE_MAX``); when every format sharing the
+marker says False, the marker and what follows are text, released at once
+(``lead_shape`` builds the usual answer). Default: True, call syntax.
+
 Helpers: ``calls_from_value`` / ``call_from_object`` (calls written as
 JSON objects, any key order, ``arguments``/``parameters``, the OpenAI
 shape), ``resolve_name`` (``functions.x``, ``ns:x``, ``x:0`` -> ``x``; the
@@ -90,7 +99,12 @@ class Reasoning:
       (Harmony's messages). Otherwise only the first section counts, as
       the reference parsers split at the first close: once the answer has
       begun or a section has closed, the family's open is text (a call's
-      argument that names ``<think>``), and so are the closes after it.
+      argument that names ``<think>``), and so are the closes after it;
+    - ``calls_apart``: the template gives calls a channel of their own
+      (Harmony's ``to=functions.X``), so the answer channels (``answer``)
+      never hold calls: after one of their headers, JSON, a fence or a
+      line of code is the answer, not a call (the detector lifts only the
+      family's own call syntax there).
     """
 
     name: str
@@ -101,6 +115,7 @@ class Reasoning:
     leading: tuple[str, ...] = ()
     prefilled: bool = False
     repeats: bool = False
+    calls_apart: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +215,13 @@ class Format:
         value whose closing tag never came). Default: yes."""
         return True
 
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        """Whether the text after the marker at the start of ``region``
+        (the head seen so far) is this format's call syntax (True), prose
+        (False) or too short to tell (None, never when ``final``); see the
+        module docstring. A decision must not change as more text comes."""
+        return True
+
     def opaque_finder(self, marker: str) -> EndFinder:
         """The finder of an opaque section's end (see ``OPAQUE``); fed the
         region again from its start."""
@@ -218,6 +240,27 @@ class Format:
 
     def __repr__(self) -> str:
         return f"<format {self.name}>"
+
+
+#: How far past its marker a wrapped region's head is read to tell call
+#: syntax from prose (``Format.body_shape``); undecided by then: call syntax.
+SHAPE_MAX = 128
+
+
+def lead_shape(body: str, starts: tuple[str, ...], final: bool) -> bool | None:
+    """``Format.body_shape`` for a body that must begin (after blanks) with
+    one of ``starts``: True when it does, None while what is there may
+    still become one (or nothing but blanks came yet), else False. At the
+    end (``final``), a body of blanks only is True: a lone opener is
+    debris, not prose."""
+    s = body.lstrip()
+    if not s:
+        return True if final else None
+    if s.startswith(starts):
+        return True
+    if not final and any(t.startswith(s) for t in starts):
+        return None
+    return False
 
 
 #: Keys under which models write a call's name / its arguments.

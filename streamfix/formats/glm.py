@@ -39,13 +39,16 @@ from typing import Any, ClassVar
 
 from ..context import ToolSpec
 from ._family import contiguous, strip_value, typed_value
-from .base import EndFinder, Format, RawCall
+from .base import SHAPE_MAX, EndFinder, Format, RawCall, resolve_name
 from .scan import tool_call_end
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 #: Hunyuan v3 separates the name from the pairs with this tag (hunyuan.py).
 HY_SEP = "<tool_sep>"
+
+#: A call's name as GLM writes it after ``<tool_call>`` (``body_shape``).
+_NAME = re.compile(r"[\w.:/-]+")
 
 _HEAD = re.compile(r"\s*([^\s<>{}\[\]()\"',]+)\s*(.*)\Z", re.DOTALL)
 
@@ -121,6 +124,25 @@ class Glm(Format):
 
     def end_finder(self, marker: str) -> EndFinder:
         return tool_call_end(len(marker))
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        """An offered tool's name, or any name followed (after blanks) by
+        ``<`` (``<arg_key>``, ``<tool_sep>``, the close) or ``{``. "<tool_call>
+        tags, and …" is prose."""
+        s = region[len(OPEN) :].lstrip()
+        if not s:
+            return True if final else None
+        m = _NAME.match(s)
+        if m is None:
+            return False
+        if m.end() == len(s) and not final:
+            return None if m.end() <= SHAPE_MAX else False  # the name may go on
+        if resolve_name(m.group(), tools) is not None:
+            return True
+        rest = s[m.end() :].lstrip()
+        if not rest:
+            return False if final else None
+        return rest[0] in "<{"
 
     def is_complete(self, region: str) -> bool:
         # At the token limit a call is whole only once ``</tool_call>``

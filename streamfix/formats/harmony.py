@@ -103,6 +103,9 @@ REASONING: list[Reasoning] = [
             "<|channel|>commentary<|message|>",
         ),
         repeats=True,
+        # Calls are commentary messages to=functions.X: the final channel
+        # and a preamble hold text only (JSON there is the answer).
+        calls_apart=True,
     )
 ]
 

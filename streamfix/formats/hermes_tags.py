@@ -6,13 +6,15 @@ names that small models copy from prompts: ``<tool_calls>``,
 ``<function_call>``, ``<tools>``, ``<response>``. Inside: one JSON object,
 a list of them, or several objects one after another; ``arguments`` or
 ``parameters``; single-quoted Python dicts and trailing commas are read
-(see ``args.parse_value``); a fence inside the tags is allowed.
+(see ``toolargs.parse_value``); a fence inside the tags is allowed.
 
 A ``</tool_call>`` inside a JSON string is data (Qwen3's tokenizer writes
 the marker token there too; ``scan.TOOL_CALL_TABLE``).
 
-``<tool_call>``, ``<tool_calls>`` and ``<function_call>`` are unmistakable:
-what does not parse there is markup. ``<tools>`` and ``<response>`` also
+``<tool_call>``, ``<tool_calls>`` and ``<function_call>`` are unmistakable
+when a body follows them: what does not parse there is markup. A tag
+followed by prose ("<tool_call> tags, and …") is a mention, not a call
+(``body_shape``): released as text. ``<tools>`` and ``<response>`` also
 appear in genuine XML answers, so a body that is not call-shaped JSON is
 text; a call-shaped body naming a tool not offered is still markup.
 """
@@ -25,7 +27,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ..toolargs import INVALID, parse_value
-from .base import EndFinder, Format, RawCall, Residue, calls_from_value
+from .base import EndFinder, Format, RawCall, Residue, calls_from_value, lead_shape
 from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
@@ -96,6 +98,15 @@ class HermesTags(_Tags):
     tags = ("<tool_call>", "<tool_calls>", "<function_call>")
     markers = tags
     priority = 10
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        """JSON (``{``, ``[``, a fence) or the closing tag at once (an
+        empty call) after the tag; anything else ("<tool_call> tags, and
+        …") is not this format's body."""
+        for tag in self.tags:
+            if region.startswith(tag):
+                return lead_shape(region[len(tag) :], ("{", "[", "`", "</" + tag[1:]), final)
+        return False
 
 
 class LooseTags(_Tags):

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ..context import ToolSpec
 from ._family import contiguous
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, lead_shape
 from .glm import kv_calls
 from .scan import UntilMarker
 
@@ -35,6 +35,9 @@ class Hunyuan(Format):
 
     def end_finder(self, marker: str) -> EndFinder:
         return UntilMarker(CLOSE, skip=len(marker))
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        return lead_shape(region[len(OPEN) :], ("<tool_call>",), final)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):

@@ -25,6 +25,7 @@ from typing import ClassVar
 from ..context import ToolSpec
 from ._family import Json, More, Opt, Steps, loads, python_calls, strip_trailer
 from .base import EndFinder, Format, RawCall, calls_from_value
+from .qwen_xml import function_shape
 from .scan import UntilMarker, split_values
 
 PYTHON_TAG = "<|python_tag|>"
@@ -94,6 +95,9 @@ class FunctionTag(Format):
 
     def end_finder(self, marker: str) -> EndFinder:
         return UntilMarker(FUNCTION_END, skip=len(marker))
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        return function_shape(region, ("{", FUNCTION_END), final)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(FUNCTION):

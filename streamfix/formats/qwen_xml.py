@@ -11,7 +11,7 @@
 with or without the ``<tool_call>`` wrapper. Values are text; one leading
 and one trailing newline around a value are layout (vLLM
 ``qwen3coder_tool_parser`` strips exactly those), and the detector converts
-values by the parameter's schema type (``args.coerce``), so ``1`` becomes
+values by the parameter's schema type (``toolargs.coerce``), so ``1`` becomes
 an integer for an ``integer`` parameter and a ``string`` parameter keeps
 text that looks like JSON. A closing ``</parameter>`` or ``</function>``
 that never came is tolerated when the structure is otherwise clear
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import ToolSpec
-from .base import EndFinder, Format, RawCall, Residue
+from .base import SHAPE_MAX, EndFinder, Format, RawCall, Residue, lead_shape
 from .scan import (
     END,
     TOOL_CALL_CLOSE,
@@ -136,6 +136,25 @@ FUNCTION_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
 }
 
 
+FUNCTION_OPEN = "<function="
+
+
+def function_shape(region: str, starts: tuple[str, ...], final: bool) -> bool | None:
+    """``Format.body_shape`` of a ``<function=NAME>`` region: a name with no
+    blanks closed by ``>``, then (after blanks) one of ``starts``. "Models
+    write <function=NAME> followed by JSON" is prose."""
+    head = region[len(FUNCTION_OPEN) :]
+    gt = head.find(">")
+    name = head if gt < 0 else head[:gt]
+    if not name and gt == 0:
+        return False
+    if any(c.isspace() or c in "<{" for c in name):
+        return False
+    if gt < 0:
+        return False if final or len(name) > SHAPE_MAX else None
+    return lead_shape(head[gt + 1 :], starts, final)
+
+
 def _body(region: str) -> str | None:
     body = region
     if body.startswith(TOOL_CALL_OPEN):
@@ -152,6 +171,11 @@ class QwenXml(Format):
         if marker == TOOL_CALL_OPEN:
             return tool_call_end(len(marker))
         return Structural(len(marker), "xml", FUNCTION_TABLE)
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        if region.startswith(TOOL_CALL_OPEN):
+            return lead_shape(region[len(TOOL_CALL_OPEN) :], (FUNCTION_OPEN,), final)
+        return function_shape(region, ("<parameter=", FUNCTION_END), final)
 
     def is_complete(self, region: str) -> bool:
         body = _body(region)

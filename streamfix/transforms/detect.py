@@ -17,11 +17,29 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   each piece once; the text is held, at most ``Options.max_call_chars``.
   When the region ends it is parsed once, by each format sharing the
   marker in priority order. A call: names resolved among the offered tools,
-  arguments repaired, converted and validated by ``args``; lifted through
+  arguments repaired, converted and validated by ``toolargs``; lifted through
   ``Delta.add_call``; ``finish_reason`` becomes ``tool_calls`` at the end.
   Not a call: inside unmistakable syntax it is markup (stripped, counted as
   ``stripped.unparsed_call``, sampled); a bare candidate is text, released
   verbatim.
+- **A mention is not a call.** A wrapped marker is unmistakable only when
+  a body follows it: while the region's head is short (``SHAPE_MAX``) each
+  format sharing the marker says whether it reads as its body
+  (``Format.body_shape``: ``<tool_call>`` then ``{``, ``[``, a fence,
+  ``<function=`` or a tool's name; ``<function=NAME>`` then ``{`` or
+  ``<parameter=``). When none does ("Hermes models wrap each call in
+  <tool_call> tags, and …"), the marker and everything after it are text,
+  released at once and scanned on (counted ``released.mentioned_marker``).
+  So markup that does not become a call is released, not dropped; only a
+  region that reads as a call and does not parse (cut off, broken JSON in
+  a closed wrapper, an empty wrapper) is stripped.
+- **Code is text.** A marker inside inline code or a code block of the
+  released text (``codespans``) starts no region; a line of code is a call
+  only when it stands on its own line (``formats/code_call.py``).
+- **Answer channels.** After an answer header of a family whose calls have
+  their own channel (Harmony's final channel, ``Reasoning.calls_apart``;
+  the reasoning splitter says so, ``watch_answer``), a bare candidate
+  (JSON, a fence, a line of code) is the answer: released as text.
 - **At the end of the stream** inside a region: a complete call whose
   closing tag never came is a call; an unfinished one under a ``length``
   finish is a cut-off call (``Report.truncated_call``; nothing shown, no
@@ -39,14 +57,15 @@ their own state, and the text of a region is joined once, when it ends.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..context import Context, ToolSpec
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
-from ..formats.base import resolve_name
+from ..formats.base import SHAPE_MAX, resolve_name
 from ..toolargs import coerce, dumps, to_object, validate
+from .codespans import CodeSpans
 
 #: Blanks held where they are layout if a call follows: the templates put
 #: a newline or a space between the text and a call, and the reference
@@ -255,8 +274,10 @@ class ToolTagDetector:
     ignores_reasoning = True
 
     __slots__ = (
+        "_answer",
         "_calls",
         "_carry",
+        "_code",
         "_discard",
         "_finder",
         "_fmts",
@@ -271,6 +292,7 @@ class ToolTagDetector:
         "_plain",
         "_prev",
         "_quiet",
+        "_shaping",
         "_since_call",
         "_size",
         "_truncated",
@@ -302,6 +324,22 @@ class ToolTagDetector:
         self._truncated = False
         self._carry = ""
         self._calls: list[ToolCall] = []  # lifted in this delta
+        #: Inline code and code blocks in the released text: a marker
+        #: there is text (``_search``).
+        self._code = CodeSpans()
+        #: A wrapped region whose head does not yet show call syntax or
+        #: prose (``Format.body_shape``).
+        self._shaping = False
+        #: Whether the reply is now in an answer channel of a family whose
+        #: calls have their own (``watch_answer``).
+        self._answer: Callable[[], bool] | None = None
+
+    def watch_answer(self, answer: Callable[[], bool]) -> None:
+        """Ask ``answer`` (the reasoning splitter's, which runs before us)
+        whether the text is in an answer channel that never holds calls
+        (``Reasoning.calls_apart``): a bare candidate there (JSON, a fence,
+        a line of code) is the answer, released as text."""
+        self._answer = answer
 
     @property
     def held(self) -> int:
@@ -358,6 +396,9 @@ class ToolTagDetector:
         self._prev = last
         self._since_call = False
         self._line_blank = False  # ``last`` is not blank
+        code = self._code
+        if code.tick_end or "`" in text:
+            code.note(text)
         if self._carry or "<" in text or "[" in text:
             self._watch(text)
         return True
@@ -395,8 +436,8 @@ class ToolTagDetector:
             before = s[i - 1] if i else self._prev
             if s[i] in _WORD and before in _WORD:
                 pass  # a name marker glued to a word: not one
-            elif before == "`":
-                pass  # inline code that names the markup: text
+            elif before == "`" or self._code.inside_at(s, i):
+                pass  # inline code or a code block that names the markup: text
             elif mm.group(1) in line_start and not self._at_line_start(s, i):
                 # Code calls start their line. But the text from here may
                 # still be the start of a longer marker that counts
@@ -482,7 +523,7 @@ class ToolTagDetector:
             if lm is not None:
                 start = lm.start(1)
                 if final or s[start:] not in m.lead_prefixes:
-                    return self._start(s, start, lm.group(1), out)
+                    return self._open(s, start, lm.group(1), out)
                 self._hold(s, start, out)
                 return None
             if not final and m.lead_tail.match(s):
@@ -492,7 +533,7 @@ class ToolTagDetector:
         if mm is not None and mm.group(1) is not None:
             start = mm.start()
             if final or s[start:] not in m.prefixes:
-                return self._start(s, start, mm.group(1), out)
+                return self._open(s, start, mm.group(1), out)
             self._hold(s, start, out)  # a longer marker may still follow
             return None
         if final:
@@ -535,6 +576,9 @@ class ToolTagDetector:
         self._line_blank = blank if nl >= 0 else self._line_blank and blank
         if (self._leading or self._since_call) and not text.isspace():
             self._leading = self._since_call = False
+        code = self._code
+        if code.tick_end or "`" in text:
+            code.note(text)
         if self._carry or "<" in text or "[" in text:
             self._watch(text)
 
@@ -549,6 +593,17 @@ class ToolTagDetector:
         self._carry = buf[cut:] if cut >= 0 and len(buf) - cut <= _CARRY_MAX else ""
 
     # -- regions -----------------------------------------------------------
+
+    def _open(self, s: str, start: int, marker: str, out: list[str]) -> str:
+        """Start a region at ``s[start:]``; but in an answer channel that
+        never holds calls (``watch_answer``), a bare candidate's marker is
+        text: released, and the scan goes on after it."""
+        answer = self._answer
+        if answer is not None and answer() and not any(f.wrapped for f in self.m.groups[marker]):
+            end = start + len(marker)
+            self._release(out, s[:end])
+            return s[end:]
+        return self._start(s, start, marker, out)
 
     def _start(self, s: str, start: int, marker: str, out: list[str]) -> str:
         gap_at = self._layout_from(s, start)
@@ -566,6 +621,7 @@ class ToolTagDetector:
         self._finder = self._fmts[0].end_finder(marker)
         self._parts = []
         self._size = 0
+        self._shaping = any(f.wrapped for f in self._fmts)
         return s[start:]
 
     def _clear(self) -> None:
@@ -574,11 +630,25 @@ class ToolTagDetector:
         self._size = 0
         self._gap = ""
         self._discard = False
+        self._shaping = False
 
     def _in_region(self, s: str, out: list[str], final: bool, length: bool) -> str | None:
         finder = self._finder
         assert finder is not None
         e = finder.feed(s) if s else None
+        if self._shaping and e is None:
+            region = "".join(self._parts) + s
+            # Cut by the token limit while the head could still be a call:
+            # a cut-off call (``_end``), not a mention.
+            shape = self._shape(region, final and not length)
+            if shape is False:
+                self.ctx.report.count("released.mentioned_marker")
+                self._release(out, self._gap)
+                self._release(out, self._marker)
+                self._clear()
+                return region[len(self._marker) :]
+            if shape or len(region) - len(self._marker) > SHAPE_MAX:
+                self._shaping = False
         if self._discard:
             if e is None or e < 0:
                 if final:
@@ -597,6 +667,11 @@ class ToolTagDetector:
                 self._end(region, out, at_end=True, length=length)
             return None
         region = "".join(self._parts) + (s if e < 0 else s[:e])
+        if e != ABORT and self._shaping and self._shape(region, True) is False:
+            # It ended before its head read as call syntax: a mention.
+            self.ctx.report.count("released.mentioned_marker")
+            region = "".join(self._parts) + s  # all of it is scanned again
+            e = ABORT
         if e == ABORT:
             self._release(out, self._gap)
             self._release(out, self._marker)
@@ -609,6 +684,20 @@ class ToolTagDetector:
             return region
         self._end(region, out, at_end=False, length=length)
         return s[e:]
+
+    def _shape(self, region: str, final: bool) -> bool | None:
+        """Whether the head of the open region reads as call syntax for
+        any format sharing its marker (``Format.body_shape``): True, False
+        when it reads as none of them (prose that mentions the marker), or
+        None while that is not clear."""
+        tools = self.ctx.tools
+        undecided = False
+        for fmt in self._fmts:
+            got = fmt.body_shape(region, tools, final) if fmt.wrapped else False
+            if got:
+                return True
+            undecided = undecided or got is None
+        return None if undecided else False
 
     def _oversized(self, out: list[str]) -> None:
         if self._fmts[0].wrapped:

@@ -165,6 +165,7 @@ class ReasoningSplitter:
     """Moves each family's reasoning from content to reasoning (module doc)."""
 
     __slots__ = (
+        "_answer",
         "_closed",
         "_code",
         "_family",
@@ -197,6 +198,15 @@ class ReasoningSplitter:
         self._said = False
         self._closed = False
         self._skipped = False
+        #: An answer header of a family whose calls have their own channel
+        #: went by (``Reasoning.calls_apart``; ``in_answer``).
+        self._answer = False
+
+    def in_answer(self) -> bool:
+        """Whether the content now is in an answer channel that never holds
+        calls (``Reasoning.calls_apart``): the detector, which runs after
+        this splitter, then leaves bare candidates there as text."""
+        return self._answer
 
     # -- the lanes -------------------------------------------------------
 
@@ -316,6 +326,8 @@ class ReasoningSplitter:
     def _marker(self, marker: str) -> None:
         """What a marker found in the start or text state does."""
         kind, family = self._m.kinds[marker]
+        if kind == _ANSWER and family.calls_apart:
+            self._answer = True
         if kind == _OPEN:
             self._state = _THINK
             self._family = family

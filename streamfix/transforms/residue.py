@@ -15,7 +15,12 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
 - **unmatched wrapper tags** (the families' ``Residue.wrappers``): a
   closing ``</tool_call>``, ``</function>``… with no opening tag before it
   in the reply, and an opening one with nothing but whitespace after it at
-  the end of the reply;
+  the end of the reply. That is all it
+  takes of a region that never became a call: the marker itself at most,
+  never the text after it. An opening tag followed by text ("models wrap
+  each call in <tool_call> tags, and …") is a mention and stays, with its
+  text (the detector released it: ``detect.py``, "A mention is not a
+  call");
 - **empty fences** left behind by a lifted call: a ```` ``` ```` /
   ```` ```json ```` fence with only whitespace inside.
 

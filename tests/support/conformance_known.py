@@ -17,10 +17,6 @@ KNOWN: dict[str, str] = {
         "a message to a built-in tool (to=python, code content type) is not dropped: its header"
         " words and code reach the content"
     ),
-    "gpt-oss/harmony-final-json-lookalike": (
-        "JSON of a call written in the final channel is lifted as a bare JSON call; the"
-        " reference keeps it as content (the final channel never holds calls)"
-    ),
     "kimi/k3-bug-truncated-reasoning-recorded": (
         "the request offers no tools, and a reply to a request without tools is never"
         " rewritten (the reasoning would be split only with tools)"

@@ -86,10 +86,10 @@ async def serve_chat(
         up_body = narrow_to_tool(body, name)
         # The chain lifts only what the model was shown: the one tool.
         body = {**body, "tools": up_body["tools"]}
-    else:
-        soft = soft and body.get("tool_choice") == "required" and bool(tools_of(body))
-        up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
     tools = tools_of(body)
+    if name is None:
+        soft = soft and body.get("tool_choice") == "required" and bool(tools)
+        up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
     if tools:
         await proxy.build_matcher(tools)
     att = Attempt(up_body, soft, door, name is not None)

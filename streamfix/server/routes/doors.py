@@ -81,8 +81,9 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 
 async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
-    estimates it for budgets (``budget.estimate_prompt_tokens``, scaled by
-    what the model's counts on its first row taught it); no upstream call."""
+    estimates it for budgets (``upstream.budget.estimate_prompt_tokens``,
+    scaled by what the model's counts on its first row taught it); no
+    upstream call."""
     body = await _json_body(request)
     if isinstance(body, dict):
         body = {**body, "max_tokens": 1, "stream": False}

@@ -1,6 +1,6 @@
 """``GET /healthz`` (the upstream rows, what was probed and learned) and ``GET
 /metrics`` (Prometheus text format). Both are open unless
-``protect_status`` (``guards.auth_mw``)."""
+``protect_status`` (``caller.guards.auth_mw``)."""
 
 from __future__ import annotations
 
