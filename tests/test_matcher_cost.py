@@ -59,7 +59,7 @@ class CountCompiles:
             self.patterns.append(str(pattern))
             return real(pattern, flags)
 
-        monkeypatch.setattr(detect.re, "compile", counting)
+        monkeypatch.setattr(re, "compile", counting)
 
 
 # -- the cost ----------------------------------------------------------------
