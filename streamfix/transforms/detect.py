@@ -56,16 +56,16 @@ their own state, and the text of a region is joined once, when it ends.
 
 Cost per new set of tools (``Matcher``, built on a set's first request,
 then cached): the names' markers are never compiled into a regex.
-Compiling them (a trie per set, as before) cost 150 ms for 50 real tool
-names, 11 s for 512 names of 64 characters and 45 s for 256 (Python's
+Compiling them (a trie per set, as before) cost 230 ms of CPU for 50 real
+tool names, 10 s for 512 names of 64 characters and 51 s for 256 (Python's
 ``re`` parses a deep nest of groups slowly). Now the registry's markers are
 compiled once for every set (about 40 ms, at the first matcher), and a set
 costs a regex of one fixed shape (its pattern holds only the names' first
 characters), a frozenset and a sorted list of its markers: linear in the
-names' length, measured 0.2 ms for 50 tools, 2.4 ms for 512 x 64 and
-2.7 ms for 512 x 256 characters (``bench/matcher.py``); so the proxy's
-limits (``MAX_TOOLS``, ``MAX_TOOL_NAME_CHARS``) bound it to a few
-milliseconds, and it is built on the event loop. Names no API allows (a
+names' length, measured 0.6 ms for 50 tools, 3.1 ms for 512 x 64 and
+3.3 ms for 512 x 256 characters (``python -m bench.matcher``, medians);
+so the proxy's limits (``MAX_TOOLS``, ``MAX_TOOL_NAME_CHARS``) bound it to a
+few milliseconds, and it is built on the event loop. Names no API allows (a
 ``(`` or NUL in them, or a blank first) are not looked for as ``NAME(``
 (``_name_marker``).
 """
