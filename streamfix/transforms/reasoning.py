@@ -400,8 +400,7 @@ class ReasoningSplitter:
         is the answer's; the text before it stays content)."""
         if not self.ctx.prompt_opens_reasoning:
             return False
-        scan = matcher_for(self.ctx.tools).scan
-        return not any(m.group(1) for m in scan.finditer(s))
+        return not matcher_for(self.ctx.tools).has_marker(s)
 
     def _inside(self, s: str, reasoning: list[str], final: bool) -> str:
         assert self._family is not None
