@@ -11,8 +11,16 @@ Both are plain data; nothing here does I/O.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .delta import Transform
+
+#: What makes a user step for one choice of one request: called with the
+#: request's ``Context`` (a ``Transform`` class is one).
+TransformFactory = Callable[["Context"], "Transform"]
 
 #: Characters of the start of a reply held while it may be an unopened
 #: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
@@ -60,6 +68,11 @@ class Options:
     #: ``looks_like_reasoning``), else nothing; the proxy also holds for an
     #: upstream it has seen reasoning. An integer sets it (0: never).
     unopened_reasoning_hold: int | None = None
+    #: User steps (``docs/extending.md``): factories called once per choice
+    #: with the request's ``Context``, each returning a ``Transform``. They
+    #: run after the built-in repairs, in this order, on every reply (tools
+    #: offered or not).
+    transforms: tuple[TransformFactory, ...] = ()
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> Options:
@@ -67,6 +80,11 @@ class Options:
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise TypeError(f"unknown streamfix option(s): {', '.join(unknown)}")
+        steps = options.get("transforms")
+        if steps is not None and not isinstance(steps, tuple):
+            if callable(steps):
+                raise TypeError("transforms: a list of step factories, not one")
+            options = {**options, "transforms": tuple(steps)}
         return cls(**options)
 
 
@@ -155,6 +173,20 @@ def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     return reasoning_models().search(model) is not None
 
 
+#: Installed format plugins (the ``streamfix.formats`` entry points) are
+#: loaded before the first request's context is made, not at import: a
+#: plugin module may then import streamfix freely.
+_plugins_pending = True
+
+
+def _load_plugins() -> None:
+    global _plugins_pending
+    _plugins_pending = False
+    from .formats.registry import load_entry_points
+
+    load_entry_points(strict=False)
+
+
 @dataclass(slots=True)
 class Context:
     tools: dict[str, ToolSpec]
@@ -183,6 +215,8 @@ class Context:
 
     @classmethod
     def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
+        if _plugins_pending:
+            _load_plugins()
         opts = Options.of(options)
         hold = opts.unopened_reasoning_hold
         if hold is None:

@@ -32,6 +32,7 @@ from multidict import CIMultiDict
 
 from ..context import UNOPENED_HOLD
 from ..errors import UpstreamProtocolError
+from ..plugins import factories
 from ..session import error_event
 from . import record
 from .caller.replies import json_error, read_reply, relay_error
@@ -72,8 +73,22 @@ def chain_options(up: Upstream) -> dict[str, Any]:
     """The chain's options for a reply from ``up``: an upstream known to
     reason (configured, or seen reasoning) gets the start of its replies
     held for a reasoning section the prompt opened; for others the request
-    decides (``Options.unopened_reasoning_hold``)."""
-    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+    decides (``Options.unopened_reasoning_hold``). The row's user steps
+    (``--transform``, loaded once: ``plugins.factories``) run after the
+    built-in repairs."""
+    opts: dict[str, Any] = {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+    if up.cfg.transforms:
+        opts["transforms"] = factories(up.cfg.transforms)
+    return opts
+
+
+def recorded_options(up: Upstream) -> dict[str, Any]:
+    """``chain_options`` as a recording keeps them: steps by their names
+    (``module:factory``), which ``streamfix replay`` loads again."""
+    opts = chain_options(up)
+    if "transforms" in opts:
+        opts["transforms"] = list(up.cfg.transforms)
+    return opts
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -189,7 +204,9 @@ class Exchange:
         )
         ex = cls(scope, up, resp, sent)
         if recorded:
-            record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, ex.options)
+            record.attempt(
+                up.name, sent.get("body"), resp.status, resp.content_type, recorded_options(up)
+            )
         if sent.get("clamp"):
             proxy.metrics.clamps.inc()
             log.info("clamped for %s: %s", up.name, sent["clamp"])

@@ -17,6 +17,7 @@ event after it), a client that went away, and the status counted once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from ..errors import RequestError
+from ..errors import RequestError, TransformError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
 from .caller.stream import ClientGone, ClientStream
@@ -32,6 +33,8 @@ from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
 from .upstream.table import NO_TENANT, TABLE, TENANT, Table
+
+log = logging.getLogger("streamfix.proxy")
 
 
 class Answered(Exception):
@@ -132,6 +135,13 @@ class Scope:
             except UpstreamFailure as f:
                 out = await _error(
                     client, failure_response(f), error_event(f.message, "upstream_error", f.kind)
+                )
+            except TransformError as exc:  # a user step (--transform) raised
+                log.error("%s", exc, exc_info=exc)
+                out = await _error(
+                    client,
+                    json_error(500, str(exc), "transform_error", "transform_error"),
+                    error_event(str(exc), "transform_error", "transform_error"),
                 )
             except Answered as a:
                 out = a.response

@@ -64,6 +64,7 @@ from ..context import Context, ToolSpec
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
+from ..formats.registry import on_change
 from ..toolargs import coerce, dumps, to_object, validate
 from .codespans import CodeSpans
 
@@ -243,6 +244,7 @@ class Matcher:
 
 
 _matchers: dict[tuple[str, ...], Matcher] = {}
+on_change(_matchers.clear)  # a format registered: matchers are made anew
 
 
 def matcher_for(tools: Mapping[str, ToolSpec]) -> Matcher:

@@ -51,7 +51,7 @@ from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
 from ..delta import Delta, take_each
 from ..formats.base import Reasoning
-from ..formats.registry import all_reasoning
+from ..formats.registry import all_reasoning, on_change
 from .codespans import CodeSpans
 
 #: How much of the start of a reply is held, at most, while it may still be
@@ -416,3 +416,6 @@ class ReasoningSplitter:
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
+
+
+on_change(_markup.cache_clear)  # a format plugin's REASONING joins the markup
