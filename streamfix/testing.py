@@ -228,13 +228,16 @@ def passthrough_failures(
     texts: Sequence[str] = PROSE,
     request: dict[str, Any] | None = None,
     cuts: str = "all",
+    frames: bool | None = None,
     **options: Any,
 ) -> list[tuple[str, str]]:
     """The texts of ``texts`` that do not pass byte-identical, with what
     the client got of each. With no tools offered the stream's bytes must
     come out as they came (the fast path); with tools, the text the client
     reads (blanks before a possible call are held a moment, so frames may
-    differ). ``cuts``: how each is chunked: ``"words"`` (at
+    differ). ``frames`` True or False asks for the bytes or only the
+    text whatever the tools (a step that holds text a moment, like the
+    redaction example, changes frames but not text). ``cuts``: how each is chunked: ``"words"`` (at
     each blank, and whole; cheap), ``"all"`` (also at every character and
     one character per chunk)."""
     bad: list[tuple[str, str]] = []
@@ -243,7 +246,7 @@ def passthrough_failures(
         if cuts == "all":
             chunkings.append(list(text))
             chunkings.extend([text[:i], text[i:]] for i in range(1, len(text)))
-        exact = not (request or {}).get("tools")
+        exact = not (request or {}).get("tools") if frames is None else frames
         for pieces in chunkings:
             data = sse_stream(pieces)
             out = run(data, request, **options)
@@ -257,11 +260,15 @@ def passthrough_failures(
 
 
 def check_passthrough(
-    texts: Sequence[str] = PROSE, request: dict[str, Any] | None = None, **options: Any
+    texts: Sequence[str] = PROSE,
+    request: dict[str, Any] | None = None,
+    frames: bool | None = None,
+    **options: Any,
 ) -> None:
-    """Plain prose and code pass byte-identical (the upstream's own bytes
-    out), however the content is chunked. Default texts: ``PROSE``."""
-    bad = passthrough_failures(texts, request, "all", **options)
+    """Plain prose and code pass byte-identical, however the content is
+    chunked (``passthrough_failures``; ``frames``: see there). Default
+    texts: ``PROSE``."""
+    bad = passthrough_failures(texts, request, "all", frames, **options)
     if bad:
         text, got = bad[0]
         raise AssertionError(f"plain text changed:\n  sent: {text!r}\n  got:  {got!r}")
