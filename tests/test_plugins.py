@@ -24,9 +24,9 @@ import pytest
 from aiohttp import web
 
 import streamfix
-from streamfix.middleware import streamfix_middleware
 from streamfix import Delta, PluginError, TransformError, testing
 from streamfix.formats import Format, RawCall, UntilMarker, all_formats, registry
+from streamfix.middleware import streamfix_middleware
 
 from .support.upstream_fake import AppServer, FakeUpstream, Reply, free_port
 
