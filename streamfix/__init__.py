@@ -11,9 +11,12 @@ Three entry points, one chain:
 
 ``request`` is the body the client sent: its ``tools`` decide what may be
 lifted (no tools, nothing is rewritten). ``options`` are the fields of
-``streamfix.context.Options``. The sans-I/O classes underneath
-(``SSESession``, ``Chain``) are public too, for mounts that need the
-``Report`` of what was repaired.
+``streamfix.context.Options``; ``transforms=[factory, …]`` adds your own
+steps (a ``Transform`` made per choice from the request's ``Context``; see
+docs/extending.md). The sans-I/O classes underneath (``SSESession``,
+``Chain``) are public too, for mounts that need the ``Report`` of what was
+repaired. ``streamfix.formats.register`` teaches the chain a call shape;
+``streamfix.testing`` holds the property checks for plugin authors.
 
 The names are imported on first use (``__getattr__``): ``import
 streamfix`` itself loads nothing, so that the ``streamfix`` command can
@@ -30,7 +33,14 @@ if TYPE_CHECKING:
     from .api import fix_chunks, fix_completion, fix_sse
     from .chain import Chain
     from .context import Context, Options, Report
-    from .errors import RequestError, StreamfixError, UpstreamProtocolError
+    from .delta import Delta, ToolCall, Transform
+    from .errors import (
+        PluginError,
+        RequestError,
+        StreamfixError,
+        TransformError,
+        UpstreamProtocolError,
+    )
     from .session import SSESession
 
 __version__ = "0.1.0"
@@ -38,11 +48,16 @@ __version__ = "0.1.0"
 __all__ = [
     "Chain",
     "Context",
+    "Delta",
     "Options",
+    "PluginError",
     "Report",
     "RequestError",
     "SSESession",
     "StreamfixError",
+    "ToolCall",
+    "Transform",
+    "TransformError",
     "UpstreamProtocolError",
     "__version__",
     "fix_chunks",
@@ -59,6 +74,11 @@ _HOMES = {
     "Context": ".context",
     "Options": ".context",
     "Report": ".context",
+    "Delta": ".delta",
+    "ToolCall": ".delta",
+    "Transform": ".delta",
+    "PluginError": ".errors",
+    "TransformError": ".errors",
     "RequestError": ".errors",
     "StreamfixError": ".errors",
     "UpstreamProtocolError": ".errors",

@@ -11,8 +11,16 @@ Both are plain data; nothing here does I/O.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .delta import Transform
+
+#: What makes a user step for one choice of one request: called with the
+#: request's ``Context`` (a ``Transform`` class is one).
+TransformFactory = Callable[["Context"], "Transform"]
 
 #: Characters of the start of a reply held while it may be an unopened
 #: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
@@ -68,6 +76,11 @@ class Options:
     #: otherwise it is the answer, cut (``transforms/reasoning.py``). Never
     #: when the request switches thinking off.
     prompt_opens_reasoning: bool = False
+    #: User steps (``docs/extending.md``): factories called once per choice
+    #: with the request's ``Context``, each returning a ``Transform``. They
+    #: run after the built-in repairs, in this order, on every reply (tools
+    #: offered or not).
+    transforms: tuple[TransformFactory, ...] = ()
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> Options:
@@ -75,6 +88,11 @@ class Options:
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise TypeError(f"unknown streamfix option(s): {', '.join(unknown)}")
+        steps = options.get("transforms")
+        if steps is not None and not isinstance(steps, tuple):
+            if callable(steps):
+                raise TypeError("transforms: a list of step factories, not one")
+            options = {**options, "transforms": tuple(steps)}
         return cls(**options)
 
 
@@ -186,6 +204,20 @@ def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     return reasoning_models().search(model) is not None
 
 
+#: Installed format plugins (the ``streamfix.formats`` entry points) are
+#: loaded before the first request's context is made, not at import: a
+#: plugin module may then import streamfix freely.
+_plugins_pending = True
+
+
+def _load_plugins() -> None:
+    global _plugins_pending
+    _plugins_pending = False
+    from .formats.registry import load_entry_points
+
+    load_entry_points(strict=False)
+
+
 @dataclass(slots=True)
 class Context:
     tools: dict[str, ToolSpec]
@@ -219,6 +251,8 @@ class Context:
 
     @classmethod
     def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
+        if _plugins_pending:
+            _load_plugins()
         opts = Options.of(options)
         hold = opts.unopened_reasoning_hold
         if hold is None:

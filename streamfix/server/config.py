@@ -18,6 +18,14 @@ separated), or TOML tables::
     model = "Qwen/Qwen3-8B"  # the name the server knows (sent upstream)
     name = "fast"       # the name clients ask for (default: model)
     kind = "chat"       # or "embedding" (default chat)
+    transform = ["mypkg.steps:Redact"]  # user steps for this row's replies
+
+User steps and shapes (docs/extending.md): ``--transform module:factory``
+(repeatable; ``transform = [...]`` in TOML, ``STREAMFIX_TRANSFORM``
+comma separated) runs a step on every reply, after the row's own;
+``--format module:NAME`` (``format = [...]``, ``STREAMFIX_FORMAT``)
+registers a call shape. Installed ``streamfix.formats`` entry points are
+registered with no flag.
 
 A URL given on the command line or in the environment may carry the same
 options after ``#``: ``http://h:8080/v1#weight=2,window=32768,model=m,name=fast``.
@@ -70,6 +78,9 @@ class UpstreamConfig:
     #: The name clients ask for (``name`` in TOML); defaults to ``model``.
     public: str | None = None
     kind: str = "chat"
+    #: User steps (``module:factory``) for replies from this row: the
+    #: global ``--transform`` ones, then the row's own (``build_config``).
+    transforms: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # no key, no password from the URL
         return (
@@ -175,6 +186,9 @@ class ServerConfig:
     record_max_bytes: int = 256 * 1024 * 1024
     record_sample: float = 1.0
     record_redact: str = "none"
+    # plugins (streamfix.plugins)
+    transforms: list[str] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
 
 
 #: Settings other than the upstreams and the API keys, in --help order.
@@ -346,6 +360,7 @@ def parse_upstream(spec: str) -> UpstreamConfig:
 
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     known = {"url", "weight", "api_key", "window", "reasoning", "model", "name", "kind"}
+    known.add("transform")
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"upstream: unknown option(s) {', '.join(unknown)}")
@@ -373,7 +388,19 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
         model=model,
         public=public,
         kind=kind,
+        transforms=tuple(_specs("transform", table.get("transform"))),
     )
+
+
+def _specs(name: str, value: Any) -> list[str]:
+    """A plugin list from TOML (a string or a list of strings) or the
+    environment (comma separated)."""
+    if value is None:
+        return []
+    items = _split_list(value) if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ConfigError(f"{name}: expected module:name or a list of them")
+    return [x.strip() for x in items]
 
 
 def parse_tenant(table: Any) -> TenantConfig:
@@ -428,6 +455,9 @@ def from_toml(path: str | Path) -> dict[str, Any]:
         if not isinstance(keys, list):
             raise ConfigError("config file: api_key must be a key or a list of keys")
         out["api_keys"] = [check_key(k, "config file api_key") for k in keys]
+    for key, field_name in (("transform", "transforms"), ("format", "formats")):
+        if key in data:
+            out[field_name] = _specs(key, data.pop(key))
     by_name = {s.name: s for s in SETTINGS}
     for key, value in data.items():
         key = key.replace("-", "_")
@@ -447,6 +477,9 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
         # every comma-separated part is a key: an empty one is refused, not skipped
         keys = [p.strip() for p in env[ENV_PREFIX + "API_KEY"].split(",")]
         out["api_keys"] = [check_key(k, ENV_PREFIX + "API_KEY") for k in keys]
+    for key, field_name in (("TRANSFORM", "transforms"), ("FORMAT", "formats")):
+        if env.get(ENV_PREFIX + key):
+            out[field_name] = _specs(ENV_PREFIX + key, env[ENV_PREFIX + key])
     for s in SETTINGS:
         if env.get(s.env):
             out[s.name] = _convert(s.type, s.env, env[s.env])
@@ -474,6 +507,10 @@ def build_config(
             value = [parse_upstream(u) for u in value]
         merged[key] = value
     cfg = ServerConfig(**merged)
+    if cfg.transforms:
+        cfg.upstreams = [
+            replace(u, transforms=(*cfg.transforms, *u.transforms)) for u in cfg.upstreams
+        ]
     validate(cfg)
     return cfg
 
@@ -506,6 +543,14 @@ def validate(cfg: ServerConfig) -> None:
     if cfg.client_timeout < 0:
         raise ConfigError("client_timeout must not be negative (0 = no limit)")
     validate_table(cfg)
+    from ..errors import PluginError
+    from ..plugins import factories
+
+    try:
+        for u in cfg.upstreams:
+            factories(u.transforms)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def validate_table(cfg: ServerConfig) -> None:
@@ -564,6 +609,9 @@ def settings_epilog() -> str:
         "                        weight=… api_key=… window=… reasoning=… model=… name=…",
         "                        kind=chat|embedding)",
         "  STREAMFIX_API_KEY     comma-separated inbound API keys (TOML: api_key)",
+        "  STREAMFIX_TRANSFORM   comma-separated user steps, module:factory (TOML: transform,",
+        "                        also per [[upstream]])",
+        "  STREAMFIX_FORMAT      comma-separated call shapes, module:NAME (TOML: format)",
     ]
     for s in SETTINGS:
         lines.append(f"  {s.env:<33} TOML: {s.name}")

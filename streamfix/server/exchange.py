@@ -37,6 +37,7 @@ from multidict import CIMultiDict
 
 from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
+from ..plugins import factories
 from ..session import error_event
 from . import record
 from .caller.replies import is_error_object, json_error, read_reply, relay_error
@@ -85,17 +86,31 @@ def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
     is reasoning only for such a name or a model seen closing reasoning its
     prompt opened (not for one merely seen reasoning in its own markup).
     With nothing known, the client's request decides
-    (``Options.unopened_reasoning_hold``)."""
+    (``Options.unopened_reasoning_hold``). The row's user steps
+    (``--transform``, loaded once: ``plugins.factories``) run after the
+    built-in repairs."""
     body = body or {}
+    opts: dict[str, Any] = {}
+    if up.cfg.transforms:
+        opts["transforms"] = factories(up.cfg.transforms)
     if thinking_switch(body) is False:
-        return {"unopened_reasoning_hold": 0}
+        opts["unopened_reasoning_hold"] = 0
+        return opts
     model = up.served(body.get("model"))
     named = looks_like_reasoning(body)  # as the row's server names the model
-    opts: dict[str, Any] = {}
     if up.reasons(model) or named:
         opts["unopened_reasoning_hold"] = UNOPENED_HOLD
     if up.prompt_opens(model) or named:
         opts["prompt_opens_reasoning"] = True
+    return opts
+
+
+def recorded_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
+    """``chain_options`` as a recording keeps them: steps by their names
+    (``module:factory``), which ``streamfix replay`` loads again."""
+    opts = chain_options(up, body)
+    if "transforms" in opts:
+        opts["transforms"] = list(up.cfg.transforms)
     return opts
 
 
@@ -256,7 +271,13 @@ class Exchange:
         )
         ex = cls(scope, up, resp, sent)
         if recorded:
-            record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, ex.options)
+            record.attempt(
+                up.name,
+                sent.get("body"),
+                resp.status,
+                resp.content_type,
+                recorded_options(up, sent.get("body")),
+            )
         if sent.get("clamp"):
             proxy.metrics.clamps.inc()
             log.info("clamped for %s: %s", up.name, sent["clamp"])

@@ -26,6 +26,7 @@ credentials. Upstream keys are redacted from everything a caller gets
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from ..errors import RequestError
+from ..errors import RequestError, TransformError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
 from .caller.stream import ClientGone, ClientStream
@@ -42,6 +43,8 @@ from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
 from .upstream.table import NO_TENANT, TABLE, TENANT, Table
+
+log = logging.getLogger("streamfix.proxy")
 
 
 class Answered(Exception):
@@ -158,6 +161,13 @@ class Scope:
                     client,
                     failure_response(f, told, self.redact),
                     error_event(told, "upstream_error", f.kind),
+                )
+            except TransformError as exc:  # a user step (--transform) raised
+                log.error("%s", exc, exc_info=exc)
+                out = await _error(
+                    client,
+                    json_error(500, str(exc), "transform_error", "transform_error"),
+                    error_event(str(exc), "transform_error", "transform_error"),
                 )
             except Answered as a:
                 out = a.response

@@ -74,6 +74,7 @@ def _add_serve(sub: Any) -> None:
         help="require 'Authorization: Bearer KEY' from clients; repeat for several "
         "(then the client's header is not forwarded upstream)",
     )
+    add_plugin_flags(p)
     for s in SETTINGS:
         kwargs: dict[str, Any] = {"dest": s.name, "help": s.help, "default": None, "type": s.type}
         if s.type is bool:  # a switch: given means on
@@ -83,6 +84,37 @@ def _add_serve(sub: Any) -> None:
         elif s.metavar:
             kwargs["metavar"] = s.metavar
         p.add_argument(s.flag, **kwargs)
+
+
+def add_plugin_flags(p: Any) -> None:
+    """``--transform`` and ``--format`` (serve, replay, probe)."""
+    p.add_argument(
+        "--transform",
+        dest="transforms",
+        action="append",
+        metavar="MODULE:FACTORY",
+        help="run this step on every reply, after the built-in repairs (a Transform class "
+        "or a factory of one, called with the request's Context); repeatable",
+    )
+    p.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        metavar="MODULE:NAME",
+        help="register this call shape (a module with FORMATS, or a Format); repeatable. "
+        "Installed streamfix.formats entry points need no flag",
+    )
+
+
+def load_plugins(formats: Sequence[str] | None) -> None:
+    """The installed format plugins and ``--format``'s, registered once per
+    process (a refusal raises ``PluginError``)."""
+    from ..formats.registry import load_entry_points
+    from ..plugins import register_spec
+
+    load_entry_points(strict=True)
+    for spec in formats or ():
+        register_spec(spec)
 
 
 def _add_demo(sub: Any) -> None:
@@ -187,6 +219,7 @@ def _run(
     logging.basicConfig(
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    load_plugins(cfg.formats)  # again in a worker process: its own registry
     app = create_app(cfg, source)
     app.on_startup.insert(0, _stoppable)
     app.on_startup.append(_reloadable)
@@ -306,9 +339,12 @@ def _main(argv: Sequence[str] | None) -> int:
             return replay.run(args, sys.stdout)
         return probe.run(args, sys.stdout)
     source = config_source(args)
+    from ..errors import PluginError
+
     try:
         cfg = source()
-    except ConfigError as exc:
+        load_plugins(cfg.formats)
+    except (ConfigError, PluginError) as exc:
         parser.error(str(exc))
     if not cfg.upstreams:
         parser.error("no upstream: give --upstream URL (or STREAMFIX_UPSTREAM, or [[upstream]])")

@@ -27,6 +27,12 @@ on when it left). A request no upstream answered has nothing to replay.
 
 ``--check`` exits 1 on any difference (or a file that cannot be read), so
 recordings are regression tests: ``tests/recordings`` is replayed in CI.
+
+Plugins: installed ``streamfix.formats`` entry points are registered as in
+``streamfix serve``; ``--format module:NAME`` registers one more, and
+``--transform module:factory`` runs a step after those the recording was
+made with (kept by name in its options); a recording made through a
+plugin then replays the same only with it.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ import orjson
 
 from ..chain import Chain
 from ..context import Context, Options, Report
-from ..errors import UpstreamProtocolError
+from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
+from ..plugins import factories
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
 from ..sse import DONE, SSEDecoder
@@ -218,7 +225,10 @@ def replay_completion(
         obj = None
     if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
         return {"error": {"message": error}}, ctx
-    return Chain(ctx).complete(obj), ctx
+    try:
+        return Chain(ctx).complete(obj), ctx
+    except TransformError as exc:  # the proxy answers a 500 with this message
+        return {"error": {"message": str(exc)}}, ctx
 
 
 def replay_text_completion(
@@ -249,9 +259,12 @@ def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
     )
 
 
-def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcome:
+def replay_document(
+    doc: dict[str, Any], path: Path, extra_steps: tuple[str, ...] = (), **switches: bool
+) -> Outcome:
     """Replay one recording; ``switches`` (``lift=False``…) override the
-    chain options it was recorded with."""
+    chain options it was recorded with; ``extra_steps`` (``module:factory``)
+    run after the steps it was recorded with."""
     if doc.get("format") != FORMAT:
         return Outcome(path, "unreadable", notes=[f"not a {FORMAT} file"])
     reasons = list(doc.get("reasons") or ())
@@ -283,6 +296,9 @@ def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcom
         return result
     for i, att in enumerate(attempts):
         options = {**att.get("options", {}), **switches}
+        steps = (*options.get("transforms", ()), *extra_steps)
+        if steps:
+            options["transforms"] = factories(tuple(steps))
         reads = [decode_bytes(r) for r in att.get("reads") or ()]
         last = i == len(attempts) - 1
         # The proxy's paths: a stream; a whole completion for a stream (sent on
@@ -341,11 +357,18 @@ def recordings(paths: Sequence[str | Path]) -> Iterator[Path]:
             yield p
 
 
-def replay_file(path: Path, **switches: bool) -> Outcome:
+def replay_file(path: Path, extra_steps: tuple[str, ...] = (), **switches: bool) -> Outcome:
     try:
         doc = orjson.loads(path.read_bytes())
-        return replay_document(doc, path, **switches)
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        return replay_document(doc, path, extra_steps, **switches)
+    except (
+        OSError,
+        orjson.JSONDecodeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        PluginError,
+    ) as exc:
         return Outcome(path, "unreadable", notes=[f"{type(exc).__name__}: {exc}"])
 
 
@@ -390,12 +413,24 @@ def add_parser(sub: Any) -> None:
         help=f"replay with this repair switched off ({', '.join(REPAIRS)}); repeatable",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="show what did not change too")
+    from .cli import add_plugin_flags
+
+    add_plugin_flags(p)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     switches = {name: False for name in args.without}
     assert set(switches) <= set(Options.__dataclass_fields__)
-    outcomes = [replay_file(p, **switches) for p in recordings(args.paths)]
+    from .cli import load_plugins
+
+    try:
+        load_plugins(args.formats)
+        steps = tuple(args.transforms or ())
+        factories(steps)
+    except PluginError as exc:
+        print(f"streamfix replay: {exc}", file=out)
+        return 2
+    outcomes = [replay_file(p, steps, **switches) for p in recordings(args.paths)]
     if not outcomes:
         print("no recordings found", file=out)
         return 2

@@ -81,6 +81,7 @@ from ..context import Context, ToolSpec
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
+from ..formats.registry import on_change
 from ..toolargs import coerce, dumps, to_object, validate
 from .codespans import CodeSpans
 
@@ -474,6 +475,15 @@ class Matcher:
 
 
 _matchers: dict[tuple[str, ...], Matcher] = {}
+def _forget() -> None:
+    """A format was registered or taken back: the registry's markers and
+    every matcher are made anew."""
+    global _fixed
+    _fixed = None
+    _matchers.clear()
+
+
+on_change(_forget)
 
 
 def matcher_for(tools: Mapping[str, ToolSpec]) -> Matcher:

@@ -64,7 +64,7 @@ from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
 from ..delta import Delta, take_each
 from ..formats.base import Reasoning
-from ..formats.registry import all_reasoning
+from ..formats.registry import all_reasoning, on_change
 from .codespans import CodeSpans
 from .detect import matcher_for
 
@@ -443,3 +443,6 @@ class ReasoningSplitter:
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
+
+
+on_change(_markup.cache_clear)  # a format plugin's REASONING joins the markup
