@@ -182,16 +182,23 @@ def thinking_switch(request: dict[str, Any]) -> bool | None:
     return None
 
 
-def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
+#: ``looks_like_reasoning``'s ``switch`` when the caller has not read it.
+_UNREAD: Any = object()
+
+
+def looks_like_reasoning(request: dict[str, Any] | None, switch: Any = _UNREAD) -> bool:
     """The request asks a model that reasons before answering: a reasoning
     field (``reasoning_effort``, ``reasoning``, ``thinking``), thinking
     switched on in ``chat_template_kwargs``, or the name of a model that
-    reasons by default (unless the request switched thinking off)."""
+    reasons by default (unless the request switched thinking off).
+    ``switch``: ``thinking_switch(request)`` when the caller has it (it
+    reads the messages)."""
     if not request:
         return False
-    switch = thinking_switch(request)
+    if switch is _UNREAD:
+        switch = thinking_switch(request)
     if switch is not None:
-        return switch
+        return bool(switch)
     if request.get("reasoning_effort") or request.get("reasoning") or request.get("thinking"):
         return True
     model = request.get("model")
@@ -254,16 +261,17 @@ class Context:
         if _plugins_pending:
             _load_plugins()
         opts = Options.of(options)
+        switch = thinking_switch(request) if request else None
+        named = looks_like_reasoning(request, switch)
         hold = opts.unopened_reasoning_hold
         if hold is None:
-            hold = UNOPENED_HOLD if looks_like_reasoning(request) else 0
+            hold = UNOPENED_HOLD if named else 0
         return cls(
             tools=tools_of(request),
             tool_choice=(request or {}).get("tool_choice"),
             options=opts,
             report=Report(),
             reasoning_hold=max(0, hold),
-            prompt_opens_reasoning=(opts.prompt_opens_reasoning or looks_like_reasoning(request))
-            and thinking_switch(request or {}) is not False,
+            prompt_opens_reasoning=(opts.prompt_opens_reasoning or named) and switch is not False,
             parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
         )

@@ -93,11 +93,12 @@ def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     if up.cfg.transforms:
         opts["transforms"] = factories(up.cfg.transforms)
-    if thinking_switch(body) is False:
+    switch = thinking_switch(body)
+    if switch is False:
         opts["unopened_reasoning_hold"] = 0
         return opts
     model = up.served(body.get("model"))
-    named = looks_like_reasoning(body)  # as the row's server names the model
+    named = looks_like_reasoning(body, switch)  # as the row's server names the model
     if up.reasons(model) or named:
         opts["unopened_reasoning_hold"] = UNOPENED_HOLD
     if up.prompt_opens(model) or named:
@@ -105,13 +106,12 @@ def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
-def recorded_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
+def recorded_options(up: Upstream, options: dict[str, Any]) -> dict[str, Any]:
     """``chain_options`` as a recording keeps them: steps by their names
     (``module:factory``), which ``streamfix replay`` loads again."""
-    opts = chain_options(up, body)
-    if "transforms" in opts:
-        opts["transforms"] = list(up.cfg.transforms)
-    return opts
+    if "transforms" not in options:
+        return options
+    return {**options, "transforms": list(up.cfg.transforms)}
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -213,6 +213,8 @@ class Exchange:
     resp: aiohttp.ClientResponse
     #: What was sent: ``body`` (and ``clamp`` when budgeted).
     sent: dict[str, Any] = field(default_factory=dict)
+    #: ``options``, once read.
+    read_options: dict[str, Any] | None = None
 
     @classmethod
     async def open(
@@ -276,7 +278,7 @@ class Exchange:
                 sent.get("body"),
                 resp.status,
                 resp.content_type,
-                recorded_options(up, sent.get("body")),
+                recorded_options(up, ex.options),
             )
         if sent.get("clamp"):
             proxy.metrics.clamps.inc()
@@ -285,8 +287,11 @@ class Exchange:
 
     @property
     def options(self) -> dict[str, Any]:
-        """The chain's options for this upstream's reply."""
-        return chain_options(self.up, self.sent.get("body"))
+        """The chain's options for this upstream's reply (read once: they
+        read the request's messages)."""
+        if self.read_options is None:
+            self.read_options = chain_options(self.up, self.sent.get("body"))
+        return self.read_options
 
     @property
     def model(self) -> str:
