@@ -52,7 +52,7 @@ class Options:
 
     lift: bool = True  # lift tool calls written as text (needs ``tools``)
     strip: bool = True  # strip residual call markup (needs ``tools``)
-    split_reasoning: bool = True  # <think>…</think> to reasoning (needs ``tools``)
+    split_reasoning: bool = True  # reasoning markup to reasoning_content (needs ``tools``)
     repetition: bool = True  # cut repetition loops
     keepalive: bool = True  # SSE comments while text is held
     max_event_bytes: int = 4 * 1024 * 1024  # see sse.MAX_EVENT_BYTES
@@ -61,8 +61,8 @@ class Options:
     #: detector documents, and counted.
     max_call_chars: int = 256 * 1024
     #: How much of the start of a reply the reasoning splitter holds while
-    #: it may be a reasoning section whose ``<think>`` the prompt opened
-    #: (only a ``</think>`` arrives). Holding delays the first text of every
+    #: it may be a reasoning section the prompt opened (only its close
+    #: arrives). Holding delays the first text of every
     #: reply, so ``None`` (auto) holds ``reasoning.UNOPENED_HOLD`` characters
     #: only for a request that looks like it goes to a reasoning model (see
     #: ``looks_like_reasoning``), else nothing; the proxy also holds for an
@@ -134,7 +134,7 @@ class Report:
     empty_after_repair: bool = False
     unrecognised: list[str] = field(default_factory=list)
     #: The reply carried reasoning (upstream ``reasoning_content`` or a
-    #: ``<think>`` section): the model reasons before answering, so the
+    #: reasoning markup): the model reasons before answering, so the
     #: proxy gives it a larger output allowance next time.
     reasoning: bool = False
     #: The reasoning had no open: a close ended reasoning the chat
@@ -153,7 +153,7 @@ class Report:
 def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
     ``enable_thinking`` or ``thinking`` (the templates' two spellings);
-    else False when the latest user or system message that writes Qwen3's
+    else False when the latest user or system message that writes the
     soft switch writes ``/no_think`` (after any ``/think``); None when it
     says nothing."""
     kwargs = request.get("chat_template_kwargs")

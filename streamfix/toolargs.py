@@ -89,7 +89,7 @@ def _repair(s: str) -> Any:
     value = _literal_eval(s)
     if value is None:
         # Mixed spellings: JSON's true/null with single quotes, or object
-        # keys without quotes ({order_id: "E-5"}, as Gemma writes them).
+        # keys without quotes ({order_id: "E-5"}, as some families write them).
         mixed = _MIXED.sub(_mixed_token, s)
         if mixed != s:
             value = _literal_eval(mixed)
@@ -245,7 +245,7 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
     """One value converted to the schema's type when the reading is certain;
     the same object back otherwise. Text as XML-style formats hand it over:
     ``null`` (or Python's ``None``) is null for a parameter that admits null,
-    even a string one (vLLM ``qwen3coder_tool_parser.py`` does the same: the
+    even a string one (vLLM's XML tool parser does the same: the
     templates write a null argument as that word); else a parameter that
     admits a string keeps its text, even text that looks like JSON; else
     the first type the text reads as exactly (integer, number, boolean,

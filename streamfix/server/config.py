@@ -15,7 +15,7 @@ separated), or TOML tables::
     api_key = "sk-..."  # sent upstream instead of the client's Authorization
     window = 32768      # context window in tokens; overrides the probe
     reasoning = true    # the model reasons before answering
-    model = "Qwen/Qwen3-8B"  # the name the server knows (sent upstream)
+    model = "org/model-8B"  # the name the server knows (sent upstream)
     name = "fast"       # the name clients ask for (default: model)
     kind = "chat"       # or "embedding" (default chat)
     transform = ["mypkg.steps:Redact"]  # user steps for this row's replies
@@ -619,7 +619,7 @@ def settings_epilog() -> str:
         "",
         "An upstream URL may carry options after '#':",
         "  --upstream 'http://127.0.0.1:8080/v1#weight=2,window=32768'",
-        "  --upstream 'http://127.0.0.1:8000/v1#model=Qwen/Qwen3-8B,name=fast'",
+        "  --upstream 'http://127.0.0.1:8000/v1#model=org/model-8B,name=fast'",
         "Tenants ([[tenant]] name=… api_key=[…] models=[…]) come from the TOML file only.",
         "SIGHUP re-reads the configuration: upstreams, tenants and api keys change for",
         "new requests; streams in flight finish on the old table.",

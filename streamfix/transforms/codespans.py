@@ -1,7 +1,7 @@
 """Where the content is inside code: inline code or a code block.
 
-An answer that explains a model family's markup (``</think>``,
-``<|channel|>``, ``[THINK]``) writes it in inline code or a code block;
+An answer that explains a model family's markup (a reasoning tag, a
+channel token, a call marker) writes it in inline code or a code block;
 that is text the user asked for, and the reasoning splitter and the
 residue stripper leave it alone. A position is inside code when an odd
 number of backtick runs comes before it (a fence is a run of three or

@@ -28,7 +28,7 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   format sharing the marker says whether it reads as its body
   (``Format.body_shape``: ``<tool_call>`` then ``{``, ``[``, a fence,
   ``<function=`` or a tool's name; ``<function=NAME>`` then ``{`` or
-  ``<parameter=``). When none does ("Hermes models wrap each call in
+  ``<parameter=``). When none does ("such models wrap each call in
   <tool_call> tags, and …"), the marker and everything after it are text,
   released at once and scanned on (counted ``released.mentioned_marker``).
   So markup that does not become a call is released, not dropped; only a
@@ -38,7 +38,7 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   released text (``codespans``) starts no region; a line of code is a call
   only when it stands on its own line (``formats/code_call.py``).
 - **Answer channels.** After an answer header of a family whose calls have
-  their own channel (Harmony's final channel, ``Reasoning.calls_apart``;
+  their own channel (the answer channel, ``Reasoning.calls_apart``;
   the reasoning splitter says so, ``watch_answer``), a bare candidate
   (JSON, a fence, a line of code) is the answer: released as text.
 - **At the end of the stream** inside a region: a complete call whose
@@ -46,7 +46,7 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   finish is a cut-off call (``Report.truncated_call``; nothing shown, no
   call); otherwise markup or text as above.
 - **Unrecognised markup** (``<|…|>``, ``<｜…｜>``, ``<…tool…>`` tags,
-  ``[TOOL_CALLS]``…) left in released text is counted and sampled in the
+  ``[NAME]``…) left in released text is counted and sampled in the
   Report (the proxy's metrics read it); it is not stripped here (the
   residue stripper does that).
 
@@ -475,6 +475,8 @@ class Matcher:
 
 
 _matchers: dict[tuple[str, ...], Matcher] = {}
+
+
 def _forget() -> None:
     """A format was registered or taken back: the registry's markers and
     every matcher are made anew."""
@@ -724,7 +726,7 @@ class ToolTagDetector:
         if marker in self.m.line_start and not self._at_line_start(s, i):
             # Code calls start their line. But the text from here may still
             # be the start of a longer marker that counts anywhere (``[`` is
-            # a list's start, ``[TOOL_CALLS]`` is not bound to a line): hold
+            # a list's start, a bracketed token is not bound to a line): hold
             # it then.
             return (i, None) if self.m.at_tail(s, i) else None
         return i, marker

@@ -3,19 +3,16 @@
 Reasoning models served without a reasoning parser send their thoughts as
 text, each family in its own markup. The families declare it in the format
 registry (``formats/base.Reasoning``, a module's ``REASONING``): what opens
-and closes the reasoning channel (``<think>…</think>``, ``[THINK]…[/THINK]``,
-Gemma 4's ``<|channel>thought…<channel|>``, Harmony's
-``<|channel|>analysis<|message|>…<|end|>``, Kimi K3's sections) and the
-markup around the answer channel (Harmony's ``final`` and preamble
-headers, Kimi K3's ``response`` section), which is dropped. The tool-tag
+and closes the reasoning channel (a pair of tags, a channel header and its
+end, a section) and the markup around the answer channel (its headers),
+which is dropped. The tool-tag
 detector runs after this splitter and only sees ``content``, so a call
 drafted inside reasoning is never lifted.
 
 **Prefilled reasoning.** When the chat template opened the reasoning in
-the prompt (DeepSeek R1 and V3.2+ thinking, Qwen3 Thinking and 3.5+, GLM
-4.7, Kimi K3), only the close arrives: everything before it is reasoning
-(vLLM's ``deepseek_r1`` and ``qwen3`` reasoning parsers treat a lone
-``</think>`` the same way). So the start of a reply may be held until it
+the prompt (the families say so: ``Reasoning.prefilled``), only the close
+arrives: everything before it is reasoning (the serving engines'
+reasoning parsers treat a lone close the same way). So the start of a reply may be held until it
 is known whether it is reasoning: at most ``Context.reasoning_hold``
 characters (``UNOPENED_HOLD`` for a request to a reasoning model, or to a
 model the proxy saw reason on that row; none otherwise, since holding
@@ -32,10 +29,10 @@ is known to open the reasoning in the prompt
 (``Context.prompt_opens_reasoning``: the request asks a reasoning model by
 name or by a field, or the proxy saw this model on this row close
 reasoning it never opened), which a request that switches thinking off
-(``chat_template_kwargs``, or Qwen3's ``/no_think``) never is; and no call
+(``chat_template_kwargs``, or a ``/no_think`` soft switch) never is; and no call
 began in the text (a call, even cut, is the answer's: the text before it
 stays content). A hold that comes only from the proxy having seen the
-model reason in its own markup (Gemma's channel, ``[THINK]``) does not
+model reason in its own markup (which it opens itself) does not
 make its cut answer reasoning. The decisions depend on positions in
 the text, not on chunking, so the split is the same for any chunking. The
 hold is skipped when the upstream already separates reasoning (a reasoning
@@ -50,7 +47,7 @@ this splitter. Blanks at the end of reasoning are held (at most
 
 **Code.** After the start, a marker inside inline code or a code block (an
 odd number of backtick runs before it) is text the user asked for: an
-answer that explains ``</think>`` keeps it. Only runs when the request
+answer that explains a closing tag keeps it. Only runs when the request
 offered tools (``chain.build_pipeline``).
 """
 
@@ -123,7 +120,7 @@ class _Markup:
     """All families' reasoning markup, as the states need it."""
 
     #: marker -> (kind, family), for the start and the text states; an
-    #: answer marker that is also a close (Harmony's ``<|end|>``) is an
+    #: answer marker that is also a close (a channel's end token) is an
     #: answer there.
     kinds: dict[str, tuple[int, Reasoning]]
     start: _Table  # opens, answers, and the closes of prefilled families

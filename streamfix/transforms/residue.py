@@ -10,7 +10,7 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
   characters, no spaces; a turn header with the role line after it),
   ``<name|>``, and the tokens the families declare
   in ``formats/`` (``RESIDUE``: bracketed control tokens such as
-  ``[TOOL_CALLS]``, bare words such as ``<end_of_turn>``, other whole
+  ``[NAME]``, bare words such as ``<name>``, other whole
   tokens);
 - **unmatched wrapper tags** (the families' ``Residue.wrappers``): a
   closing ``</tool_call>``, ``</function>``… with no opening tag before it

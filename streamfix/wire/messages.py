@@ -50,7 +50,7 @@ ERROR_TYPES = {
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 
 #: ``thinking.budget_tokens`` -> ``reasoning_effort`` (chat servers take an
-#: effort, not a budget: vLLM, Ollama, LM Studio, llama.cpp's gpt-oss).
+#: effort, not a budget: vLLM, Ollama, LM Studio, llama.cpp).
 _EFFORT_STEPS = ((2048, "low"), (8192, "medium"))
 
 

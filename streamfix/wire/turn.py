@@ -205,7 +205,7 @@ def merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every system (and ``developer``) message merged, in order, into one
     leading system message. Claude Code puts a system message after the
     first user message for models it does not know, and Codex sends its
-    instructions as developer messages; many chat templates (Qwen, Llama)
+    instructions as developer messages; many chat templates
     refuse a system message anywhere but first."""
     system: list[str] = []
     rest: list[dict[str, Any]] = []

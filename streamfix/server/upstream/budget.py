@@ -51,7 +51,7 @@ class BudgetPolicy:
 # Estimating and clamping
 
 #: Characters per token for the estimate. Real English averages about 4
-#: characters per token on the Llama/Qwen/Mistral tokenizers; 3.5 makes the
+#: characters per token on the common open models' tokenizers; 3.5 makes the
 #: estimate an over-estimate, which is the safe side: it can only clamp
 #: too much, never too little.
 CHARS_PER_TOKEN = 3.5
@@ -62,7 +62,7 @@ CHARS_PER_TOKEN = 3.5
 #: sources, docs and captures); at 0.6 the worst is 0.91, the mean 1.13.
 TOKENS_PER_SYMBOL = 0.6
 #: A character of three UTF-8 bytes (CJK, kana, Hangul, their punctuation)
-#: counts one token: about what the Qwen, Llama 3 and GLM tokenizers take
+#: counts one token: about what the common open models' tokenizers take
 #: (0.6–1.0 a character). The old 1.29 (1/3.5 plus half a token a byte)
 #: trimmed Chinese conversations that fitted.
 TOKENS_PER_WIDE_CHAR = 1.0

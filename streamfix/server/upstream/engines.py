@@ -398,8 +398,8 @@ def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
 
 #: Engines that drop special tokens from ``content`` unless asked not to
 #: (``skip_special_tokens`` defaults to true in vLLM's and SGLang's sampling
-#: params). Without a tool parser configured, a DeepSeek, Kimi, Mistral,
-#: Harmony or Granite call then arrives with its markers deleted, and no
+#: params). Without a tool parser configured, a call of a family whose
+#: markers are special tokens then arrives with them deleted, and no
 #: detector can find it.
 _KEEPS_MARKERS_ON_REQUEST = frozenset({"vllm", "sglang"})
 
