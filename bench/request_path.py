@@ -10,7 +10,7 @@ front of it, and sends one streamed chat request:
   repeats of the file just left folded. Following a request from the
   route to the upstream and back should enter each file once on the way
   out; on the way back, per read, the exchange and the caller's stream
-  alternate.
+  alternate. A coroutine resumed after an await is not a new stop.
 - **Time to the first byte** (``--profile N``): N requests under
   ``cProfile``, stopping each at the first body byte the client reads;
   the functions where that time goes, by cumulative time.
@@ -130,18 +130,31 @@ async def main_async(args: argparse.Namespace) -> int:
         async with aiohttp.ClientSession() as session:
             await _whole(session, url, body)  # warm: imports, the matcher, the pool
             files: list[str] = []
+            #: The files of the calls the ``web.Request`` itself is passed to.
+            with_request: list[str] = []
+
+            seen: dict[int, Any] = {}  # frames by id, kept alive while tracing
 
             def note(frame: Any, event: str, arg: Any) -> None:
-                if event == "call":
+                # A coroutine resumed after an await fires "call" again:
+                # only a frame seen for the first time counts as a stop.
+                if event == "call" and id(frame) not in seen:
+                    seen[id(frame)] = frame
                     name = frame.f_code.co_filename
                     if name.startswith(str(SERVER)):
-                        files.append(str(Path(name).relative_to(SERVER)))
+                        where = str(Path(name).relative_to(SERVER))
+                        files.append(where)
+                        code = frame.f_code
+                        args = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+                        if any(isinstance(frame.f_locals.get(a), web.Request) for a in args):
+                            with_request.append(where)
 
             sys.setprofile(note)
             try:
                 await _whole(session, url, body)
             finally:
                 sys.setprofile(None)
+                seen.clear()
             path = _path(files)
             if args.verbose:
                 print("files of streamfix/server entered, in order (repeats folded):")
@@ -150,7 +163,13 @@ async def main_async(args: argparse.Namespace) -> int:
             # The way out: from the route to the first read of the reply.
             ends = [i for i, f in enumerate(path) if f.endswith("body.py")]
             out = path[: ends[0]] if ends else path
-            for name, part in (("to the upstream", out), ("whole request", path)):
+            carried = _path(with_request)
+            print("files the web.Request is passed into, in order: " + " > ".join(carried))
+            for name, part in (
+                ("to the upstream", out),
+                ("whole request", path),
+                ("the web.Request passed down", carried),
+            ):
                 seen: set[str] = set()
                 returns = 0
                 for f in part:
