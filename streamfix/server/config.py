@@ -459,6 +459,12 @@ def validate(cfg: ServerConfig) -> None:
         raise ConfigError("record_max_files and record_max_bytes must be at least 1")
     if cfg.request_timeout < 0:
         raise ConfigError("request_timeout must not be negative (0 = no limit)")
+    for name in ("connect_timeout", "read_timeout"):
+        if not getattr(cfg, name) > 0:  # NaN too
+            raise ConfigError(f"{name} must be more than 0 seconds (got {getattr(cfg, name):g})")
+    for name in ("pool_wait", "backoff", "rest", "probe_interval"):
+        if not getattr(cfg, name) >= 0:
+            raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
     validate_table(cfg)
 
 

@@ -41,6 +41,7 @@ from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
 from .upstream.budget import clamp_request, fit_prompt
+from .upstream.diagnose import in_words, missing_v1, status_problem
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -110,7 +111,7 @@ def reply_failed(proxy: Proxy, up: Upstream, exc: Exception) -> web.Response:
     proxy.upstream_error(up, kind)
     return json_error(
         504 if kind == "timeout" else 502,
-        f"upstream {up.name} failed mid-reply: {type(exc).__name__}",
+        f"upstream {up.name} failed mid-reply: {in_words(exc)}",
         "upstream_error",
         kind,
     )
@@ -136,6 +137,8 @@ class Exchange:
     resp: aiohttp.ClientResponse
     #: What was sent: ``body`` (and ``clamp`` when budgeted).
     sent: dict[str, Any] = field(default_factory=dict)
+    #: The path asked for (``/chat/completions``).
+    path: str = ""
 
     @classmethod
     async def open(
@@ -187,7 +190,9 @@ class Exchange:
             order=order,
             rows=rows if rows is not None or order is not None else scope.rows or None,
         )
-        ex = cls(scope, up, resp, sent)
+        ex = cls(scope, up, resp, sent, path)
+        if resp.status == 200:
+            proxy.answered(up)
         if recorded:
             record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, ex.options)
         if sent.get("clamp"):
@@ -227,8 +232,14 @@ class Exchange:
         return await self.resp.content.read(ERROR_BODY_BYTES)
 
     def relayed(self, raw: bytes) -> web.Response:
-        """This non-200 reply for the caller (``replies.relay_error``)."""
+        """This non-200 reply for the caller (``replies.relay_error``). A
+        404 from a row whose URL lacks ``/v1`` says so: the start-up
+        check's hint, where the client sees it."""
         resp = self.resp
+        url = self.up.cfg.url
+        if resp.status == 404 and missing_v1(url):
+            line = status_problem(url, 404, raw, self.path)
+            return json_error(404, f"upstream {self.up.name} answered {line}", "upstream_error")
         return relay_error(resp.status, raw, self.headers, resp.content_type, self.up.name)
 
     def not_json(self, what: str, type_: str = "upstream_protocol_error") -> web.Response:
@@ -305,6 +316,8 @@ class Exchange:
             else f"upstream {up.name} sent an empty stream"
             " (llama.cpp does so when the prompt exceeds its context window)"
         )
+        if got_data:
+            self._log_death(error)
         return error, session.fail(UpstreamProtocolError(error))
 
     def _stream_broke(self, session: StreamSession, exc: Exception) -> tuple[str, bytes]:
@@ -316,5 +329,22 @@ class Exchange:
             return str(exc), session.fail(exc)
         kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
         proxy.upstream_error(up, kind)
-        error = f"upstream {up.name} failed mid-stream: {type(exc).__name__}"
+        error = f"upstream {up.name} failed mid-stream: {in_words(exc)}"
+        self._log_death(error)
         return error, session.fail(UpstreamProtocolError(error))
+
+    def _log_death(self, error: str) -> None:
+        """A stream that died after it began: one warning naming the
+        request (endpoint, model, what was sent) and the upstream, since the
+        client only sees an error event."""
+        scope = self.scope
+        body = self.sent.get("body")
+        model = body.get("model") if isinstance(body, dict) else None
+        log.warning(
+            "%s (request: %s %s, model %s, upstream %s)",
+            error,
+            scope.endpoint,
+            self.path,
+            model if model is not None else scope.model,
+            self.up.name,
+        )

@@ -59,6 +59,8 @@ def in_words(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
         return "no answer in time (timed out)"
     if isinstance(exc, aiohttp.ClientPayloadError):
+        if type(exc) is not aiohttp.ClientPayloadError and str(exc):
+            return str(exc)  # a reason of our own (``replies.ReplyTooLarge``)
         return "the reply was cut off (connection lost mid-reply)"
     if isinstance(exc, aiohttp.InvalidURL):
         return f"not a usable URL: {exc}"
@@ -130,9 +132,13 @@ class RowCheck:
     """One upstream as the start-up check found it.
 
     ``state``: ``ok`` (a model list came back), ``unreachable`` (no
-    connection), ``refused`` (401/403), ``not_openai`` (it answered, but not
-    as an OpenAI API does), ``error`` (another HTTP error), ``unknown``
-    (not checked yet). ``problem`` says what is wrong, with a hint."""
+    connection), ``not_openai`` (it answered, but not as an OpenAI API
+    does: a 200 that is no model list, a 404 from a URL without ``/v1``),
+    ``refused`` (401/403: the row's key, or the client's forwarded one,
+    decides), ``error`` (another HTTP error, a 404 from a URL with
+    ``/v1``), ``unknown`` (not checked yet). ``problem`` says what is
+    wrong, with a hint. Only ``unreachable`` and ``not_openai`` rows are
+    counted as unable to serve: for the others a request may still work."""
 
     state: str
     problem: str | None = None
@@ -140,8 +146,8 @@ class RowCheck:
 
     @property
     def can_serve(self) -> bool:
-        """Whether requests may go there (unchecked rows are given the benefit)."""
-        return self.state in ("ok", "unknown")
+        """Whether requests may work there (see the class doc)."""
+        return self.state not in ("unreachable", "not_openai")
 
 
 UNKNOWN = RowCheck("unknown")
@@ -167,7 +173,11 @@ async def check_row(
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         return RowCheck("unreachable", in_words(exc))
     if status != 200:
-        state = "refused" if status in (401, 403) else "not_openai" if status == 404 else "error"
+        # a 404 where /v1 is missing cannot be an OpenAI API's; with /v1 it
+        # may be one without a model list, so the row is not given up
+        state = "refused" if status in (401, 403) else "error"
+        if status == 404 and missing_v1(base):
+            state = "not_openai"
         return RowCheck(state, status_problem(base, status, raw, "/models"))
     try:
         data = orjson.loads(raw)

@@ -33,6 +33,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from ..config import UpstreamConfig
+from .diagnose import in_words
 from .engines import UpstreamInfo
 
 log = logging.getLogger("streamfix.upstreams")
@@ -275,7 +276,7 @@ async def send(
                 last = UpstreamFailure(504, f"upstream {up.name} timed out: {exc}", "timeout")
             except aiohttp.ClientError as exc:
                 last = UpstreamFailure(
-                    502, f"upstream {up.name} unreachable: {type(exc).__name__}", "connect"
+                    502, f"upstream {up.name} unreachable: {in_words(exc)}", "connect"
                 )
             else:
                 if resp.status not in RETRYABLE_STATUS:

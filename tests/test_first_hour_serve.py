@@ -1,0 +1,223 @@
+"""``streamfix serve`` checks what it was given (issue 26): each row is
+asked once at start and one line says what was found or what is wrong
+(with its hint, which the first client error repeats); ``/healthz`` is not
+``ok`` when no row can serve; bad settings, a port in use and an
+unwritable ``--record`` directory are one line each and exit 2; upstream
+errors are said in words."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from streamfix.server.proxy import embedding_size
+from streamfix.tools.cli import main
+
+from .support.streamutil import text_stream
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+MODELS = {"object": "list", "data": [{"id": "tiny", "object": "model", "owned_by": "me"}]}
+
+
+async def _only_under_v1(request: web.Request) -> web.Response:
+    """A server whose OpenAI API is under /v1 and whose other paths are an HTML 404."""
+    if not request.path.startswith("/v1/"):
+        page = "<html><head><title>404 Not Found</title></head><body>nope</body></html>"
+        return web.Response(status=404, text=page, content_type="text/html")
+    return web.json_response(MODELS)
+
+
+async def test_a_url_without_v1_is_named_at_start_and_in_the_first_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", _only_under_v1)
+    async with AppServer(app) as up:
+        caplog.set_level(logging.INFO, "streamfix.server")
+        async with AppServer(proxy_app(up.root)) as px, aiohttp.ClientSession() as s:
+            start = [r.getMessage() for r in caplog.records if "upstream " in r.getMessage()]
+            async with s.post(px.url + "/chat/completions", json=CHAT) as r:
+                status, err = r.status, await r.json()
+            async with s.get(px.root + "/healthz") as r:
+                health_status, health = r.status, await r.json()
+    hint = f"no /v1? try {up.root}/v1"
+    assert any(hint in line and "HTTP 404 on /models" in line for line in start), start
+    assert status == 404 and hint in err["error"]["message"]
+    assert "<" not in err["error"]["message"]
+    assert health_status == 503 and health["status"] == "down"
+    [row] = health["upstreams"]
+    assert row["state"] == "not_openai" and hint in row["problem"]
+
+
+async def test_a_good_row_is_named_with_what_it_serves(caplog: pytest.LogCaptureFixture) -> None:
+    async with FakeUpstream(routes={"/v1/models": MODELS}) as up:
+        caplog.set_level(logging.INFO, "streamfix.server")
+        async with (
+            AppServer(proxy_app(up.url)) as px,
+            aiohttp.ClientSession() as s,
+            s.get(px.root + "/healthz") as r,
+        ):
+            health_status, health = r.status, await r.json()
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"upstream {up.url}: engine not recognised, window unknown, serves tiny" in lines
+    assert health_status == 200 and health["status"] == "ok"
+    assert health["upstreams"][0]["state"] == "ok" and health["upstreams"][0]["serves"] == ["tiny"]
+
+
+async def test_a_closed_port_is_named_and_healthz_is_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = refusing_url()
+    caplog.set_level(logging.INFO, "streamfix.server")
+    async with AppServer(proxy_app(url, retries=0)) as px, aiohttp.ClientSession() as s:
+        async with s.get(px.root + "/healthz") as r:
+            health_status, health = r.status, await r.json()
+        async with s.post(px.url + "/chat/completions", json=CHAT) as r:
+            status, err = r.status, await r.json()
+    assert any(
+        "connection refused (nothing listens on 127.0.0.1:" in r.getMessage()
+        for r in caplog.records
+    )
+    assert health_status == 503 and health["upstreams"][0]["state"] == "unreachable"
+    assert status == 502
+    assert "unreachable: connection refused" in err["error"]["message"]
+    assert "ClientConnectorError" not in err["error"]["message"]
+
+
+async def test_healthz_is_degraded_when_some_rows_cannot_serve() -> None:
+    async with (
+        FakeUpstream(Reply.stream(text_stream(["ok"])), routes={"/v1/models": MODELS}) as up,
+        AppServer(proxy_app(up.url, refusing_url())) as px,
+        aiohttp.ClientSession() as s,
+        s.get(px.root + "/healthz") as r,
+    ):
+        assert r.status == 200
+        health = await r.json()
+    assert health["status"] == "degraded"
+    assert [u["state"] for u in health["upstreams"]] == ["ok", "unreachable"]
+
+
+async def test_a_row_down_at_start_that_answers_later_is_up() -> None:
+    """The proxy does not give up a row its check found down: a 200 from it marks it up."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    async with AppServer(proxy_app(url, retries=0)) as px, aiohttp.ClientSession() as s:
+        async with s.get(px.root + "/healthz") as r:
+            assert r.status == 503
+        up = FakeUpstream(Reply.stream(text_stream(["ok"])))
+        await up.start(port)
+        try:
+            async with s.post(px.url + "/chat/completions", json={**CHAT, "stream": True}) as r:
+                assert r.status == 200
+                await r.read()
+            async with s.get(px.root + "/healthz") as r:
+                assert r.status == 200 and (await r.json())["status"] == "ok"
+        finally:
+            await up.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# -- settings -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--read-timeout", "-1"], "read_timeout must be more than 0 seconds"),
+        (["--read-timeout", "0"], "read_timeout must be more than 0 seconds"),
+        (["--connect-timeout", "0"], "connect_timeout must be more than 0 seconds"),
+        (["--pool-wait", "-2"], "pool_wait must not be negative"),
+    ],
+)
+def test_bad_timeouts_are_one_line_with_serves_usage(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--upstream", "http://127.0.0.1:1/v1", *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith("usage: streamfix serve ")  # serve's usage, not the top level's
+    assert said in err.splitlines()[-1]
+
+
+def test_a_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--upstream", "http://127.0.0.1:1/v1", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"streamfix serve: port {port} on 127.0.0.1 is already in use (another streamfix?): "
+        "stop it or give --port N"
+    ]
+
+
+def test_an_unwritable_record_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    port = _free_port()
+    code = main(
+        [
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:1/v1",
+            "--port",
+            str(port),
+            "--record",
+            str(blocker / "recordings"),
+        ]
+    )
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"streamfix serve: --record {blocker}")
+    assert "cannot write there" in lines[0]
+
+
+# -- embeddings ---------------------------------------------------------------
+
+
+def test_embedding_size_reads_both_shapes() -> None:
+    openai = {"object": "list", "data": [{"embedding": [0.1, 0.2, 0.3, 0.4]}]}
+    per_token = {"data": [{"embedding": [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]}]}  # llama.cpp
+    native = [{"index": 0, "embedding": [[0.1, 0.2, 0.3, 0.4, 0.5]]}]  # llama.cpp /embedding
+    assert embedding_size(openai) == 4
+    assert embedding_size(per_token) == 3
+    assert embedding_size(native) == 5
+    assert embedding_size({"data": []}) is None and embedding_size({"data": [{}]}) is None
+    assert embedding_size({"data": [{"embedding": "base64..."}]}) is None
+
+
+async def _per_token_embeddings(request: web.Request) -> web.Response:
+    if request.path.endswith("/models"):
+        return web.json_response(MODELS)
+    return web.json_response({"data": [{"embedding": [[0.5] * 7, [0.25] * 7]}]})
+
+
+async def test_an_embedding_row_served_by_llama_cpp_lists_its_vector_size() -> None:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", _per_token_embeddings)
+    async with AppServer(app) as up:
+        url = f"{up.url}#model=e,name=embed,kind=embedding"
+        async with (
+            AppServer(proxy_app(url, refusing_url() + "#model=c,name=chat")) as px,
+            aiohttp.ClientSession() as s,
+            s.get(px.url + "/models") as r,
+        ):
+            cards = {c["id"]: c for c in (await r.json())["data"]}
+    assert cards["embed"]["streamfix"]["dimensions"] == 7
