@@ -12,14 +12,23 @@ import socket
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 
+from streamfix.server.caller.stream import ModelName
 from streamfix.server.proxy import embedding_size
 from streamfix.tools.cli import main
 
 from .support.streamutil import text_stream
-from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app, refusing_url
+from .support.upstream_fake import (
+    AppServer,
+    FakeUpstream,
+    Reply,
+    completion,
+    proxy_app,
+    refusing_url,
+)
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 MODELS = {"object": "list", "data": [{"id": "tiny", "object": "model", "owned_by": "me"}]}
@@ -221,3 +230,94 @@ async def test_an_embedding_row_served_by_llama_cpp_lists_its_vector_size() -> N
         ):
             cards = {c["id"]: c for c in (await r.json())["data"]}
     assert cards["embed"]["streamfix"]["dimensions"] == 7
+
+
+async def test_a_model_of_the_wrong_kind_says_so() -> None:
+    async with (
+        FakeUpstream() as up,
+        AppServer(
+            proxy_app(
+                f"{up.url}#model=m1,name=fast", f"{up.url}#model=e5,name=embed,kind=embedding"
+            )
+        ) as px,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.post(px.url + "/chat/completions", json={**CHAT, "model": "embed"}) as r:
+            chat_status, chat_err = r.status, (await r.json())["error"]
+        async with s.post(px.url + "/embeddings", json={"model": "fast", "input": "x"}) as r:
+            emb_status, emb_err = r.status, (await r.json())["error"]
+    assert chat_status == emb_status == 404
+    assert chat_err["message"] == (
+        "The model 'embed' is an embedding model, not a chat model: use POST /v1/embeddings."
+    )
+    assert emb_err["message"] == (
+        "The model 'fast' is a chat model, not an embedding model: use POST /v1/chat/completions."
+    )
+    assert chat_err["code"] == "model_not_found" and chat_err["param"] == "model"
+
+
+# -- the client's name for the model -------------------------------------------------------------
+
+
+def _named_stream(model: str, texts: list[str], space: bool = False) -> bytes:
+    sep = b": " if space else b":"
+    out = b""
+    for t in texts:
+        out += (
+            b'data: {"id":"c","object":"chat.completion.chunk","model"'
+            + sep
+            + orjson.dumps(model)
+            + b',"choices":[{"index":0,"delta":{"content":'
+            + orjson.dumps(t)
+            + b'},"finish_reason":null}]}\n\n'
+        )
+    return out + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("space", [False, True])
+async def test_replies_say_the_model_as_the_client_named_it(space: bool) -> None:
+    server_name = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    whole = {**completion("hello"), "model": server_name}
+    async with (
+        FakeUpstream(Reply.stream(_named_stream(server_name, ["he", "llo"], space))) as up,
+        AppServer(proxy_app(f"{up.url}#model=smol,name=fast", up.url)) as px,
+        aiohttp.ClientSession() as s,
+    ):
+        streamed = {}
+        for model in ("fast", "anything"):
+            body = {**CHAT, "model": model, "stream": True}
+            async with s.post(px.url + "/chat/completions", json=body) as r:
+                streamed[model] = await r.read()
+        up.push(Reply.json(whole))
+        async with s.post(px.url + "/chat/completions", json={**CHAT, "model": "fast"}) as r:
+            reply = await r.json()
+    for model, raw in streamed.items():
+        assert server_name.encode() not in raw
+        chunks = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+        assert chunks and all(c["model"] == model for c in chunks)
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "hello"
+    assert reply["model"] == "fast"
+
+
+async def test_a_stream_whose_model_is_the_clients_name_passes_byte_for_byte() -> None:
+    raw = _named_stream("fast", ["he", "llo"])
+    async with (
+        FakeUpstream(Reply.stream(raw)) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.url + "/chat/completions", json={**CHAT, "model": "fast", "stream": True}) as r,
+    ):
+        assert await r.read() == raw
+
+
+def test_model_name_replaces_only_the_field() -> None:
+    rename = ModelName("fast")
+    text = orjson.dumps('"model":"srv" is text')  # escaped quotes inside a string
+    data = b'{"model":"srv","choices":[{"delta":{"content":' + text + b"}}]}"
+    assert rename(data) == data.replace(b'{"model":"srv"', b'{"model":"fast"')
+    spaced = ModelName("fast")  # learned in the server's spacing: our rebuilt chunks are compact
+    assert spaced(b'{"model": "srv"}') == b'{"model": "fast"}'
+    assert spaced(b'{"model":"srv"}') == b'{"model":"fast"}'
+    same = ModelName("srv")
+    assert same(data) is data and same.same
+    assert ModelName.of(None) is None and ModelName.of("") is None

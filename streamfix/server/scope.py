@@ -27,7 +27,7 @@ from multidict import CIMultiDictProxy
 from ..errors import RequestError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
-from .caller.stream import ClientGone, ClientStream
+from .caller.stream import ClientGone, ClientStream, ModelName
 from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
@@ -59,6 +59,9 @@ class Scope:
     model: str = NO_TENANT
     #: The rows that may serve the request, once routed.
     rows: list[Upstream] = field(default_factory=list)
+    #: The model as the client named it: replies say this name
+    #: (``caller.stream.ModelName``). None when it named none.
+    asked: str | None = None
 
     @classmethod
     def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
@@ -96,11 +99,21 @@ class Scope:
             raise
         self.model = route.model
         self.rows = route.rows
+        self.asked = model if isinstance(model, str) and model else None
         return self.rows
 
     def client(self, request: web.Request, encoder: Any = None) -> ClientStream:
-        """The caller's streamed response, redacted as the table says."""
-        return ClientStream(request, encoder, self.redact)
+        """The caller's streamed response, redacted as the table says, in
+        the model's name as the client asked (a fresh ``ModelName``: each
+        learns its server's name)."""
+        return ClientStream(request, encoder, self.redact, ModelName.of(self.asked))
+
+    def named(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A whole reply in the model's name as the client asked."""
+        asked, model = self.asked, obj.get("model")
+        if asked is None or not isinstance(model, str) or model == asked:
+            return obj
+        return {**obj, "model": asked}
 
     async def answer(
         self, run: Awaitable[web.StreamResponse], client: ClientStream | None = None

@@ -122,7 +122,7 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             proxy.ask.next_body(att, reason, ex.sent)
             continue
         proxy.ask.settle(att, calls_in(fixed))
-        reply = fixed if att.door is None else att.door.reply(fixed)
+        reply = scope.named(fixed) if att.door is None else att.door.reply(fixed)
         out = web.Response(body=jsoncodec.dumps(reply), headers=ex.headers)
         out.content_type = "application/json"
         return out

@@ -1,7 +1,8 @@
 """``POST /v1/embeddings``: routed to the ``kind = "embedding"`` rows of the
 request's model, with the chat path's weights, failover, retries, slots,
 limits and error shapes. Nothing in an embedding needs repair: the reply
-is relayed as the upstream sent it."""
+is relayed as the upstream sent it, its ``model`` said as the client
+named it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..caller.stream import ModelName
 from ..caller.validate import read_request, validate_embeddings
 from ..exchange import Exchange
 from ..proxy import PROXY
@@ -30,6 +32,7 @@ async def _relay(scope: Scope, body: dict[str, Any]) -> web.StreamResponse:
     raw = await ex.whole()
     if not ex.ok:
         return ex.relayed(raw)
-    out = web.Response(body=raw, headers=ex.headers)
+    rename = ModelName.of(scope.asked)  # the reply in the client's name for the model
+    out = web.Response(body=raw if rename is None else rename(raw), headers=ex.headers)
     out.content_type = ex.resp.content_type
     return out
