@@ -321,3 +321,48 @@ def test_model_name_replaces_only_the_field() -> None:
     same = ModelName("srv")
     assert same(data) is data and same.same
     assert ModelName.of(None) is None and ModelName.of("") is None
+
+
+# -- keep-alives ----------------------------------------------------------------------------------
+
+
+async def test_keepalives_come_at_most_one_per_interval_while_a_call_is_held() -> None:
+    """A call written as text is held by the chain chunk after chunk, after
+    the reply began: the client gets one keep-alive per interval, not one
+    comment per held chunk (fifteen in a row before)."""
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    pieces = ["Sure. ", *(call[i : i + 5] for i in range(0, len(call), 5))]
+    slow = Reply.events(text_stream(pieces), delay=0.01)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    async with (
+        FakeUpstream(slow) as up,
+        AppServer(proxy_app(up.url, keepalive_interval=3600)) as px,
+        aiohttp.ClientSession() as s,
+    ):
+        body = {**CHAT, "stream": True, "tools": tools}
+        async with s.post(px.url + "/chat/completions", json=body) as r:
+            raw = await r.read()
+    assert len(pieces) > 15
+    assert raw.count(b": keep-alive") == 0  # none due within the hour
+    events = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+    calls = [tc for e in events for tc in e["choices"][0]["delta"].get("tool_calls") or ()]
+    assert calls and calls[0]["function"]["name"] == "get_weather"
+
+
+async def test_keepalive_interval_is_a_setting() -> None:
+    from streamfix.tools.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["serve", "--upstream", "http://h/v1"])
+    assert config_from_args(args, {}).keepalive_interval == 5.0
+    args = build_parser().parse_args(
+        ["serve", "--upstream", "http://h/v1", "--keepalive-interval", "1.5"]
+    )
+    assert config_from_args(args, {}).keepalive_interval == 1.5

@@ -69,12 +69,19 @@ class StreamSession(Protocol):
     def finish(self) -> None: ...
 
 
+#: The chain's options for every reply: no keep-alive comment per held
+#: chunk; the proxy sends its own, at most one per interval (``pump``).
+_OPTIONS: dict[str, Any] = {"keepalive": False}
+_REASONING_OPTIONS: dict[str, Any] = {**_OPTIONS, "unopened_reasoning_hold": UNOPENED_HOLD}
+
+
 def chain_options(up: Upstream) -> dict[str, Any]:
     """The chain's options for a reply from ``up``: an upstream known to
     reason (configured, or seen reasoning) gets the start of its replies
     held for a reasoning section the prompt opened; for others the request
-    decides (``Options.unopened_reasoning_hold``)."""
-    return {"unopened_reasoning_hold": UNOPENED_HOLD} if up.info.reasoning else {}
+    decides (``Options.unopened_reasoning_hold``). Keep-alives are the
+    proxy's (``caller.stream.KEEPALIVE_INTERVAL``), not the chain's."""
+    return dict(_REASONING_OPTIONS if up.info.reasoning else _OPTIONS)
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -278,7 +285,7 @@ class Exchange:
                             await client.commit()
                         else:
                             await client.keepalive_if_due()
-                elif not client.committed:
+                else:  # the chain holds this read (before or after the commit)
                     await client.keepalive_if_due()
                 watch.busy = False
                 if session.finished:

@@ -106,7 +106,13 @@ class Scope:
         """The caller's streamed response, redacted as the table says, in
         the model's name as the client asked (a fresh ``ModelName``: each
         learns its server's name)."""
-        return ClientStream(request, encoder, self.redact, ModelName.of(self.asked))
+        return ClientStream(
+            request,
+            encoder,
+            self.redact,
+            ModelName.of(self.asked),
+            self.proxy.cfg.keepalive_interval,
+        )
 
     def named(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A whole reply in the model's name as the client asked."""

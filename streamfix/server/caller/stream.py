@@ -31,7 +31,11 @@ from .. import record
 MAX_HELD_BYTES = 256 * 1024
 
 #: Seconds between keep-alive comments sent while output is held, well
-#: under the usual 60 s idle timeouts of load balancers and clients.
+#: under the usual 60 s idle timeouts of load balancers and clients
+#: (``--keepalive-interval``). They are the only ones the client gets: the
+#: proxy's stream sessions run without the chain's own comment per held
+#: chunk (``exchange.chain_options``), which came fifteen in a row for one
+#: call written as text.
 KEEPALIVE_INTERVAL = 5.0
 
 _KEEPALIVE = b": keep-alive\n\n"
@@ -95,6 +99,7 @@ class ClientStream:
         "encoder",
         "held",
         "held_bytes",
+        "keepalive",
         "last_write",
         "recording",
         "redact",
@@ -109,8 +114,11 @@ class ClientStream:
         encoder: Encoder | None = None,
         redact: Callable[[bytes], bytes] | None = None,
         rename: ModelName | None = None,
+        keepalive: float | None = None,
     ) -> None:
         self.request = request
+        #: Seconds between keep-alives (None: ``KEEPALIVE_INTERVAL``; 0: none).
+        self.keepalive = keepalive
         #: The reply's ``model`` said as the client asked (``ModelName``);
         #: None once the names turned out equal, or for a front door's
         #: encoder, which writes the client's name itself.
@@ -182,8 +190,12 @@ class ClientStream:
         self.held_bytes += len(data)
 
     async def keepalive_if_due(self) -> None:
-        if time.monotonic() - self.last_write >= KEEPALIVE_INTERVAL:
+        """A keep-alive when nothing was written for the interval."""
+        interval = KEEPALIVE_INTERVAL if self.keepalive is None else self.keepalive
+        if interval > 0 and time.monotonic() - self.last_write >= interval:
             await self.write(_KEEPALIVE)
+            # a door's encoder may turn it into nothing: the wait starts over anyway
+            self.last_write = time.monotonic()
 
     async def commit(self) -> None:
         self.committed = True
