@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -20,7 +21,7 @@ from streamfix.server.caller.stream import ModelName
 from streamfix.server.proxy import embedding_size
 from streamfix.tools.cli import main
 
-from .support.streamutil import text_stream
+from .support.streamutil import text_stream, with_usage
 from .support.upstream_fake import (
     AppServer,
     FakeUpstream,
@@ -366,3 +367,83 @@ async def test_keepalive_interval_is_a_setting() -> None:
         ["serve", "--upstream", "http://h/v1", "--keepalive-interval", "1.5"]
     )
     assert config_from_args(args, {}).keepalive_interval == 1.5
+
+
+# -- usage on the doors ---------------------------------------------------------------------------
+
+MESSAGES_BODY = {
+    "model": "m",
+    "max_tokens": 64,
+    "stream": True,
+    "messages": [{"role": "user", "content": "Tell me about the sea, at some length please."}],
+}
+
+
+def _message_delta(raw: bytes) -> dict[str, Any]:
+    for block in raw.split(b"\n\n"):
+        if block.startswith(b"event: message_delta"):
+            return dict(orjson.loads(block.split(b"data: ", 1)[1]))
+    raise AssertionError(raw)
+
+
+async def test_a_streamed_messages_reply_without_upstream_usage_is_estimated_and_marked() -> None:
+    text = ["The sea ", "is wide ", "and deep."]  # 25 characters: 7 tokens at 4 a token
+    async with (
+        FakeUpstream(Reply.stream(text_stream(text))) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.root + "/v1/messages", json=MESSAGES_BODY) as r,
+    ):
+        raw = await r.read()
+    usage = _message_delta(raw)["usage"]
+    assert usage["output_tokens"] == 7
+    assert 10 <= usage["input_tokens"] <= 40  # the proxy's over-estimate of a short prompt
+    assert usage["streamfix"] == {"estimated": True}
+
+
+async def test_upstream_usage_is_reported_as_sent_and_not_marked() -> None:
+    stream = with_usage(text_stream(["hi"]), {"prompt_tokens": 11, "completion_tokens": 1})
+    async with (
+        FakeUpstream(Reply.stream(stream)) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.root + "/v1/messages", json=MESSAGES_BODY) as r,
+    ):
+        raw = await r.read()
+    assert _message_delta(raw)["usage"] == {"input_tokens": 11, "output_tokens": 1}
+
+
+async def test_a_responses_reply_without_upstream_usage_has_an_estimate() -> None:
+    body = {"model": "m", "input": "Say hello.", "stream": False}
+    async with (
+        FakeUpstream(Reply.json(completion("Hello there!"))) as up,
+        AppServer(proxy_app(up.url)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.root + "/v1/responses", json=body) as r,
+    ):
+        reply = await r.json()
+    usage = reply["usage"]
+    assert usage["output_tokens"] == 3 and usage["input_tokens"] > 0
+    assert usage["streamfix"] == {"estimated": True}
+
+
+# -- a stream that dies is logged ------------------------------------------------------------
+
+
+async def test_a_stream_that_dies_midway_is_logged_with_the_request_and_the_upstream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dying = Reply.stream(text_stream(["one ", "two "], done=False), end="abort")
+    caplog.set_level(logging.WARNING, "streamfix.server")
+    async with (
+        FakeUpstream(dying) as up,
+        AppServer(proxy_app(up.url, retries=0)) as px,
+        aiohttp.ClientSession() as s,
+        s.post(px.url + "/chat/completions", json={**CHAT, "model": "tiny", "stream": True}) as r,
+    ):
+        raw = await r.read()
+    assert b'"error"' in raw
+    [line] = [r.getMessage() for r in caplog.records if "mid-stream" in r.getMessage()]
+    assert line.startswith(f"upstream {up.url} failed mid-stream: ")
+    assert "(request: chat /chat/completions, model tiny, upstream " in line
+    assert "ClientPayloadError" not in line

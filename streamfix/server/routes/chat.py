@@ -58,6 +58,7 @@ from ..exchange import Exchange
 from ..proxy import PROXY
 from ..reask import Attempt, named_tool, narrow_to_tool
 from ..scope import Scope
+from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
 
 log = logging.getLogger("streamfix.server")
@@ -91,6 +92,9 @@ async def serve_chat(
         up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
     if tools:
         await proxy.build_matcher(tools)
+    if door is not None:
+        # the usage a door reports when the upstream sends none
+        door.input_estimate = estimate_prompt_tokens(body)
     att = Attempt(up_body, soft, door, name is not None)
     async with proxy.slot():
         if not stream:
