@@ -123,7 +123,7 @@ def status_problem(url: str, status: int, raw: bytes, what: str) -> str:
     if status == 404:
         return f"{line} (not an OpenAI-compatible server?)"
     if status in (401, 403):
-        return f"{line} (check the row's api_key)"
+        return f"{line} (check the API key)"
     return line
 
 
