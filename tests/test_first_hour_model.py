@@ -54,3 +54,21 @@ def test_a_port_in_use_is_one_line(
         f"streamfix model: port {port} on 127.0.0.1 is already in use (another streamfix?): "
         "stop it or give --port N"
     )
+
+
+def test_the_launcher_runs_without_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m streamfix.local`` no longer needs ``--model``: the bundled
+    model and ``--interrupt_requests false`` are added when not given."""
+    from pathlib import Path
+
+    from streamfix.tools import local
+
+    monkeypatch.setattr(local, "find_model", lambda: Path("/m/smol.gguf"))
+    assert local.launcher_argv([]) == [
+        "--model",
+        "/m/smol.gguf",
+        "--interrupt_requests",
+        "false",
+    ]
+    given = ["--model", "/x.gguf", "--interrupt_requests=true", "--port", "9"]
+    assert local.launcher_argv(given) == given

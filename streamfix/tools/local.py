@@ -307,9 +307,24 @@ class LocalServer:
         self.stop()
 
 
+def launcher_argv(argv: list[str]) -> list[str]:
+    """The server's arguments with what it needs and was not given: the
+    bundled model (``find_model``) and ``--interrupt_requests false``, so
+    that ``python -m streamfix.local`` runs with no arguments as
+    ``streamfix model`` does."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    extra: list[str] = []
+    if "--model" not in given:
+        extra += ["--model", str(find_model())]
+    if "--interrupt_requests" not in given:
+        extra += ["--interrupt_requests", "false"]
+    return [*extra, *argv]
+
+
 def _serve_without_extra_bufts(argv: list[str]) -> None:
     """Run ``llama_cpp.server`` with ``use_extra_bufts = false`` (see the module
     doc) and, when ``PING_ENV`` is set, that ping interval."""
+    argv = launcher_argv(argv)
     lib: Any = importlib.import_module("llama_cpp.llama_cpp")
     default_params = lib.llama_model_default_params
 
