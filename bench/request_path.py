@@ -35,7 +35,6 @@ import streamfix.server
 from streamfix.server import ServerConfig, create_app
 from streamfix.server.config import UpstreamConfig
 
-
 SERVER = Path(streamfix.server.__file__).resolve().parent
 
 TOOLS = [
@@ -48,7 +47,21 @@ TOOLS = [
     }
 ]
 
-WORDS = "The order left the warehouse on Monday and should arrive within three days".split()
+WORDS = [
+    "The",
+    "order",
+    "left",
+    "the",
+    "warehouse",
+    "on",
+    "Monday",
+    "and",
+    "should",
+    "arrive",
+    "within",
+    "three",
+    "days",
+]
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

@@ -6,11 +6,15 @@ the original unchanged — the fast path), new chunk dicts, or ``KEEPALIVE``
 (text is being held; send an SSE comment so nobody times out). Each choice
 index (``n > 1``) has its own pipeline:
 
-    accumulate -> reasoning -> repetition -> detect -> residue
+    accumulate -> reasoning -> repetition -> detect -> residue -> user steps
 
 Only the repetition cutter runs when the request offered no tools: a reply
 to such a request is never rewritten (docs/shapes.md, "Policies"), only cut if it
-loops.
+loops. User steps (``Options.transforms``, docs/extending.md) run last, on
+every reply: they see lifted calls in ``Delta.calls`` and content with the
+markup gone. A user step that raises ends its choice: the chain raises
+``TransformError`` (``SSESession`` turns it into an error event); a
+built-in step's exception is left as it is (a bug of ours).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .chunks import CONTENT, REASONING, ChoiceView, ChunkView, DeltaView, plain_
 from .context import Context
 from .delta import Delta, ToolCall, Transform
 from .delta import take_each as _take_each
+from .errors import TransformError
 from .transforms.accumulate import Accumulator
 from .transforms.detect import ToolTagDetector
 from .transforms.reasoning import ReasoningSplitter
@@ -79,6 +84,8 @@ def build_pipeline(ctx: Context) -> list[Transform]:
             detector.watch_answer(splitter.in_answer)
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
+    for make in opts.transforms:
+        steps.append(make(ctx))
     return steps
 
 
@@ -134,10 +141,13 @@ class _Choice:
         "saw_output",
         "steps",
         "text_lane",
+        "user_from",
     )
 
     def __init__(self, ctx: Context) -> None:
         self.steps = build_pipeline(ctx)
+        #: The position of the first user step (``Options.transforms``).
+        self.user_from = len(self.steps) - len(ctx.options.transforms)
         #: The plain-text and the reasoning lane (``delta.TextLane``).
         self.text_lane = _lane_of(self.steps, "text")
         self.reasoning_lane = _lane_of(self.steps, "reasoning")
@@ -152,18 +162,36 @@ class _Choice:
         self.report = ctx.report
 
     def run(self, d: Delta, closing: bool, start: int = 0) -> None:
-        for step in self.steps if not start else self.steps[start:]:
-            if closing:
-                step.close(d)
-            else:
-                step.feed(d)
-                if d.stop:
-                    closing = True
+        try:
+            for step in self.steps if not start else self.steps[start:]:
+                if closing:
+                    step.close(d)
+                else:
+                    step.feed(d)
+                    if d.stop:
+                        closing = True
+        except Exception as exc:
+            err = self.failed(self.steps.index(step), exc)
+            if err is None:
+                raise
+            raise err from exc
         if d.calls and self.room >= 0:
             self._one_call(d)
         if closing:
             self.done = True
             self.cut = d.stop
+
+    def failed(self, pos: int, exc: Exception) -> TransformError | None:
+        """Step ``pos`` raised ``exc``: a user step's ends the choice (no
+        more output from it) and becomes a ``TransformError``; None for a
+        built-in step's (raised as it is)."""
+        if pos < self.user_from or isinstance(exc, TransformError):
+            return None
+        self.done = self.cut = True
+        self.report.count("transform_error")
+        step = self.steps[pos]
+        cls = type(step)
+        return TransformError(f"{cls.__module__}.{cls.__qualname__}", exc)
 
     def _one_call(self, d: Delta) -> None:
         """``parallel_tool_calls: false``: the first call emitted stays (from
@@ -296,10 +324,16 @@ class Chain:
             return None
         assert st is not None
         self._template_src = original
-        for accepts in lane.accepts:  # (``_lane_from``, inlined: the hot path)
-            if not accepts(content):
-                entry = lane.accepts.index(accepts)
-                return self._lane_from(st, entry, index, content, CONTENT, original, ch, True)
+        try:
+            for accepts in lane.accepts:  # (``_lane_from``, inlined: the hot path)
+                if not accepts(content):
+                    entry = lane.accepts.index(accepts)
+                    return self._lane_from(st, entry, index, content, CONTENT, original, ch, True)
+        except Exception as exc:
+            err = st.failed(lane.pos[lane.accepts.index(accepts)], exc)
+            if err is None:
+                raise
+            raise err from exc
         if not st.saw_output and content:
             st.saw_output = True
         return PASS_ONLY
@@ -344,13 +378,19 @@ class Chain:
         assert lane is not None
         entry = first
         if not declined:
-            for entry in range(first, len(lane.accepts)):
-                if not lane.accepts[entry](text):
-                    break
-            else:
-                if text:
-                    self._saw(st, key)
-                return PASS_ONLY
+            try:
+                for entry in range(first, len(lane.accepts)):
+                    if not lane.accepts[entry](text):
+                        break
+                else:
+                    if text:
+                        self._saw(st, key)
+                    return PASS_ONLY
+            except Exception as exc:
+                err = st.failed(lane.pos[entry], exc)
+                if err is None:
+                    raise
+                raise err from exc
         if ch is None:
             ch = ChoiceView(index=index, delta=_delta_view(key, text))
         d, changed = self._feed_choice(ch, start=lane.pos[entry])
@@ -397,12 +437,18 @@ class Chain:
         # entry before it passed on to it).
         taken: list[int] = []
         k = n
-        for feed_texts in lane.runs:
-            if k == n:
-                k = feed_texts(texts, joined)
-            elif k:
-                k = feed_texts(texts[:k], "".join(texts[:k]))
-            taken.append(k)
+        try:
+            for feed_texts in lane.runs:
+                if k == n:
+                    k = feed_texts(texts, joined)
+                elif k:
+                    k = feed_texts(texts[:k], "".join(texts[:k]))
+                taken.append(k)
+        except Exception as exc:
+            err = st.failed(lane.pos[len(taken)], exc)
+            if err is None:
+                raise
+            raise err from exc
         if k and (joined if k == n else any(texts[:k])):
             self._saw(st, key)
         if originals is not None and k:

@@ -11,8 +11,16 @@ Both are plain data; nothing here does I/O.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .delta import Transform
+
+#: What makes a user step for one choice of one request: called with the
+#: request's ``Context`` (a ``Transform`` class is one).
+TransformFactory = Callable[["Context"], "Transform"]
 
 #: Characters of the start of a reply held while it may be an unopened
 #: reasoning section (about 500 tokens); see ``transforms/reasoning.py``.
@@ -60,6 +68,19 @@ class Options:
     #: ``looks_like_reasoning``), else nothing; the proxy also holds for an
     #: upstream it has seen reasoning. An integer sets it (0: never).
     unopened_reasoning_hold: int | None = None
+    #: The chat template is known to open the reasoning in the prompt (the
+    #: proxy learns it per row and model from a close that had no open).
+    #: Only then, or for a request that asks a reasoning model
+    #: (``looks_like_reasoning``), is a reply cut by the token limit inside
+    #: the hold, with no reasoning markup at all, taken for reasoning;
+    #: otherwise it is the answer, cut (``transforms/reasoning.py``). Never
+    #: when the request switches thinking off.
+    prompt_opens_reasoning: bool = False
+    #: User steps (``docs/extending.md``): factories called once per choice
+    #: with the request's ``Context``, each returning a ``Transform``. They
+    #: run after the built-in repairs, in this order, on every reply (tools
+    #: offered or not).
+    transforms: tuple[TransformFactory, ...] = ()
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> Options:
@@ -67,6 +88,11 @@ class Options:
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise TypeError(f"unknown streamfix option(s): {', '.join(unknown)}")
+        steps = options.get("transforms")
+        if steps is not None and not isinstance(steps, tuple):
+            if callable(steps):
+                raise TypeError("transforms: a list of step factories, not one")
+            options = {**options, "transforms": tuple(steps)}
         return cls(**options)
 
 
@@ -111,6 +137,9 @@ class Report:
     #: ``<think>`` section): the model reasons before answering, so the
     #: proxy gives it a larger output allowance next time.
     reasoning: bool = False
+    #: The reasoning had no open: a close ended reasoning the chat
+    #: template opened in the prompt.
+    prompt_opened_reasoning: bool = False
 
     def count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] += n
@@ -121,28 +150,55 @@ class Report:
             self.unrecognised.append(text[:SAMPLE_CHARS])
 
 
-def _thinking_switch(request: dict[str, Any]) -> bool | None:
+def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` or ``thinking`` (the templates' two spellings), or
-    None when it says nothing."""
+    ``enable_thinking`` or ``thinking`` (the templates' two spellings);
+    else False when the latest user or system message that writes Qwen3's
+    soft switch writes ``/no_think`` (after any ``/think``); None when it
+    says nothing."""
     kwargs = request.get("chat_template_kwargs")
     if isinstance(kwargs, dict):
         for key in ("enable_thinking", "thinking"):
             if isinstance(kwargs.get(key), bool):
                 return bool(kwargs[key])
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for msg in reversed(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "system"):
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        if not isinstance(content, str):
+            continue
+        off, on = content.rfind("/no_think"), content.rfind("/think")
+        if off > on:
+            return False
+        if on >= 0:
+            return None
     return None
 
 
-def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
+#: ``looks_like_reasoning``'s ``switch`` when the caller has not read it.
+_UNREAD: Any = object()
+
+
+def looks_like_reasoning(request: dict[str, Any] | None, switch: Any = _UNREAD) -> bool:
     """The request asks a model that reasons before answering: a reasoning
     field (``reasoning_effort``, ``reasoning``, ``thinking``), thinking
     switched on in ``chat_template_kwargs``, or the name of a model that
-    reasons by default (unless the request switched thinking off)."""
+    reasons by default (unless the request switched thinking off).
+    ``switch``: ``thinking_switch(request)`` when the caller has it (it
+    reads the messages)."""
     if not request:
         return False
-    switch = _thinking_switch(request)
+    if switch is _UNREAD:
+        switch = thinking_switch(request)
     if switch is not None:
-        return switch
+        return bool(switch)
     if request.get("reasoning_effort") or request.get("reasoning") or request.get("thinking"):
         return True
     model = request.get("model")
@@ -155,6 +211,20 @@ def looks_like_reasoning(request: dict[str, Any] | None) -> bool:
     return reasoning_models().search(model) is not None
 
 
+#: Installed format plugins (the ``streamfix.formats`` entry points) are
+#: loaded before the first request's context is made, not at import: a
+#: plugin module may then import streamfix freely.
+_plugins_pending = True
+
+
+def _load_plugins() -> None:
+    global _plugins_pending
+    _plugins_pending = False
+    from .formats.registry import load_entry_points
+
+    load_entry_points(strict=False)
+
+
 @dataclass(slots=True)
 class Context:
     tools: dict[str, ToolSpec]
@@ -164,6 +234,11 @@ class Context:
     #: Characters the reasoning splitter holds at the start of a reply
     #: (``Options.unopened_reasoning_hold`` resolved for this request).
     reasoning_hold: int = 0
+    #: A reply cut inside the hold with no markup is reasoning: the
+    #: template is known to open it in the prompt
+    #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
+    #: model (which also means it did not switch thinking off).
+    prompt_opens_reasoning: bool = False
     #: The request's ``parallel_tool_calls``: False allows one call per
     #: choice (the first emitted; the chain drops the rest, counted as
     #: ``dropped_call.parallel``).
@@ -183,15 +258,20 @@ class Context:
 
     @classmethod
     def of(cls, request: dict[str, Any] | None, options: dict[str, Any]) -> Context:
+        if _plugins_pending:
+            _load_plugins()
         opts = Options.of(options)
+        switch = thinking_switch(request) if request else None
+        named = looks_like_reasoning(request, switch)
         hold = opts.unopened_reasoning_hold
         if hold is None:
-            hold = UNOPENED_HOLD if looks_like_reasoning(request) else 0
+            hold = UNOPENED_HOLD if named else 0
         return cls(
             tools=tools_of(request),
             tool_choice=(request or {}).get("tool_choice"),
             options=opts,
             report=Report(),
             reasoning_hold=max(0, hold),
+            prompt_opens_reasoning=(opts.prompt_opens_reasoning or named) and switch is not False,
             parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
         )

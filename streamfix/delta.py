@@ -140,8 +140,10 @@ class TextLane(Protocol):
     def feed_text(self, text: str) -> bool: ...
 
 
-def take_each(feed_text: Callable[[str], bool], texts: Sequence[str]) -> int:
-    """``feed_texts`` by one ``feed_text`` call per text (see ``TextLane``)."""
+def take_each(feed_text: Callable[[str], bool], texts: Sequence[str], joined: str = "") -> int:
+    """``feed_texts`` by one ``feed_text`` call per text (see ``TextLane``);
+    ``joined`` is not needed, only taken (the chain's fallback for a step
+    with ``feed_text`` alone calls it as ``feed_texts``)."""
     for i, text in enumerate(texts):
         if not feed_text(text):
             return i

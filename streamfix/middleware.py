@@ -57,7 +57,7 @@ from multidict import CIMultiDict
 from . import jsoncodec
 from .api import fix_completion
 from .context import Options, Report
-from .errors import UpstreamProtocolError
+from .errors import TransformError, UpstreamProtocolError
 from .server.upstream.body import BodyReads
 from .session import SSESession
 
@@ -122,7 +122,12 @@ def _repair_json(raw: bytes, request: dict[str, Any], options: dict[str, Any]) -
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return None
-    return jsoncodec.dumps(fix_completion(obj, request, **options))
+    try:
+        return jsoncodec.dumps(fix_completion(obj, request, **options))
+    except TransformError as exc:
+        # A user step failed: the reply becomes an OpenAI-shaped error
+        # (with status 500 where it is still unsent, ``_repair_response``).
+        return jsoncodec.dumps({"error": {"message": str(exc), "type": "transform_error"}})
 
 
 def _repair_sse_body(raw: bytes, request: dict[str, Any], options: dict[str, Any]) -> bytes:
@@ -383,6 +388,8 @@ def _repair_response(resp: web.Response, request: dict[str, Any], options: dict[
     if new is not None and new != raw:
         resp.headers.popall(hdrs.CONTENT_LENGTH, None)
         resp.body = new
+        if new.startswith(b'{"error":{') and b'"transform_error"' in new[:2048]:
+            resp.set_status(500)
 
 
 # --------------------------------------------------------------------------

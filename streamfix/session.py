@@ -5,6 +5,7 @@ are thin loops around this class.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -15,7 +16,7 @@ from . import jsoncodec
 from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
 from .chunks import CONTENT, ChoiceView, ChunkView, _decode, decode_view, plain_text
 from .context import Context, Report
-from .errors import UpstreamProtocolError
+from .errors import TransformError, UpstreamProtocolError
 from .sse import (
     DONE,
     DONE_EVENT,
@@ -25,6 +26,8 @@ from .sse import (
     encode_data,
     end_last_event,
 )
+
+log = logging.getLogger("streamfix")
 
 
 def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
@@ -39,7 +42,12 @@ _KEEPALIVE_BYTES = encode_comment()
 
 def failure_event(exc: Exception) -> bytes:
     """The error event that ends a stream the upstream broke (``exc``)."""
-    kind = "upstream_protocol_error" if isinstance(exc, UpstreamProtocolError) else "upstream_error"
+    if isinstance(exc, TransformError):
+        kind = "transform_error"
+    elif isinstance(exc, UpstreamProtocolError):
+        kind = "upstream_protocol_error"
+    else:
+        kind = "upstream_error"
     return error_event(str(exc) or type(exc).__name__, kind)
 
 
@@ -194,53 +202,58 @@ class SSESession:
         return self.chain.stopped
 
     def feed(self, data: bytes) -> bytes:
-        """Raises UpstreamProtocolError on a broken stream; see ``fail``."""
-        shape = self._shape
-        if (
-            shape is not None
-            and data.startswith(shape.prefix)
-            and data.endswith(shape.suffix)
-            and (n := len(data)) >= shape.size
-            and (n < shape.twice or data.find(b"\n", shape.start) == n - 2)
-        ):
-            # The fastest path: one plain-text event of the learned shape.
-            # (A read of several is at least twice the shape's size, and
-            # has a line end before its last two bytes: it goes to
-            # ``_batch``.)
-            outs = self._shaped(data, 0, n, shape)
-            if outs is not None:
-                return data if outs is PASS_ONLY else self._sent(outs, data)
-        if (
-            (self._idle_decoder.idle or (not self.finished and self._decoder.begin(data)))
-            and data.startswith(b"data: {")
-            and data.find(b"\r", 7) < 0
-        ):
-            # The fast paths: this read starts with a single-line JSON event,
-            # LF only, nothing buffered (what token-by-token servers send).
-            # Same result as the general path, minus the framing work.
-            if data.endswith(b"\n\n"):
-                if data.find(b"\n", 7) == len(data) - 2:  # exactly one event
-                    out = self._event(data, 0, len(data))
-                    return data if out is None else out
-                return self._batch(data)
-            # A large read that ends inside an event: the whole events
-            # first, then the rest through the decoder, which keeps it.
-            cut = data.rfind(b"\n\n") + 2
-            if cut > 2:
-                return self._then(self._batch(data[:cut]), data[cut:])
-        if self.finished:
-            return b""
-        end = self._decoder.pending_end(data)
-        if end > 0:
-            # A read that ends the event the previous one began: that event
-            # whole, then the rest. Read as one where the rest may hold a
-            # run (``_RUN_MIN``): the completed event joins it.
-            raw = self._decoder.complete(data[:end])
-            shape = self._shape = self._learned
-            if shape is not None and len(data) - end >= _RUN_MIN * shape.size:
-                return self.feed(raw + data[end:])
-            return self._then(self.feed(raw), data[end:])
-        return self._events(self._fed(data))
+        """Raises UpstreamProtocolError on a broken stream; see ``fail``. A
+        user step that raises (``TransformError``) ends the stream here:
+        what was repaired so far, then an error event (``fail``)."""
+        try:
+            shape = self._shape
+            if (
+                shape is not None
+                and data.startswith(shape.prefix)
+                and data.endswith(shape.suffix)
+                and (n := len(data)) >= shape.size
+                and (n < shape.twice or data.find(b"\n", shape.start) == n - 2)
+            ):
+                # The fastest path: one plain-text event of the learned shape.
+                # (A read of several is at least twice the shape's size, and
+                # has a line end before its last two bytes: it goes to
+                # ``_batch``.)
+                outs = self._shaped(data, 0, n, shape)
+                if outs is not None:
+                    return data if outs is PASS_ONLY else self._sent(outs, data)
+            if (
+                (self._idle_decoder.idle or (not self.finished and self._decoder.begin(data)))
+                and data.startswith(b"data: {")
+                and data.find(b"\r", 7) < 0
+            ):
+                # The fast paths: this read starts with a single-line JSON event,
+                # LF only, nothing buffered (what token-by-token servers send).
+                # Same result as the general path, minus the framing work.
+                if data.endswith(b"\n\n"):
+                    if data.find(b"\n", 7) == len(data) - 2:  # exactly one event
+                        out = self._event(data, 0, len(data))
+                        return data if out is None else out
+                    return self._batch(data)
+                # A large read that ends inside an event: the whole events
+                # first, then the rest through the decoder, which keeps it.
+                cut = data.rfind(b"\n\n") + 2
+                if cut > 2:
+                    return self._then(self._batch(data[:cut]), data[cut:])
+            if self.finished:
+                return b""
+            end = self._decoder.pending_end(data)
+            if end > 0:
+                # A read that ends the event the previous one began: that event
+                # whole, then the rest. Read as one where the rest may hold a
+                # run (``_RUN_MIN``): the completed event joins it.
+                raw = self._decoder.complete(data[:end])
+                shape = self._shape = self._learned
+                if shape is not None and len(data) - end >= _RUN_MIN * shape.size:
+                    return self.feed(raw + data[end:])
+                return self._then(self.feed(raw), data[end:])
+            return self._events(self._fed(data))
+        except TransformError as exc:
+            return self.fail(exc)
 
     def _then(self, out: bytes, rest: bytes) -> bytes:
         """``out``, then what the rest of the same read gives. If the rest
@@ -249,7 +262,7 @@ class SSESession:
             return out
         try:
             return out + self.feed(rest)
-        except UpstreamProtocolError:
+        except (UpstreamProtocolError, TransformError):
             self._salvage = out + self._salvage
             raise
 
@@ -394,7 +407,7 @@ class SSESession:
                     out.append(sent)
                     run = end
                 pos = end
-        except UpstreamProtocolError:
+        except (UpstreamProtocolError, TransformError):
             # The events before the broken one are not lost (``fail``).
             self._salvage = b"".join(out) + data[run:pos] + self._salvage
             raise
@@ -545,9 +558,12 @@ class SSESession:
         stream means)."""
         if self.finished:
             return b""
-        out = self._events(end_last_event(self._decoder.close()))
-        if not self.finished:
-            out += self._encode(self.chain.close(), b"")
+        try:
+            out = self._events(end_last_event(self._decoder.close()))
+            if not self.finished:
+                out += self._encode(self.chain.close(), b"")
+        except TransformError as exc:
+            return self.fail(exc)
         return out
 
     def fail(self, exc: Exception) -> bytes:
@@ -555,6 +571,8 @@ class SSESession:
         that died): release what can be released, then an error event."""
         if self.finished:
             return b""
+        if isinstance(exc, TransformError):
+            log.error("%s", exc, exc_info=exc)  # the client gets it as an error event
         self.finish()
         try:
             flushed = self._encode(self.chain.close(), b"")
@@ -581,12 +599,12 @@ class SSESession:
                 continue
             try:
                 view = decode_view(data)
-            except UpstreamProtocolError:
+                outs = chain.feed(view, data)
+            except (UpstreamProtocolError, TransformError):
                 # What the good events before it produced is not lost:
                 # ``fail`` sends it ahead of the error event.
                 self._salvage = b"".join(out)
                 raise
-            outs = chain.feed(view, data)
             if outs is PASS_ONLY:
                 out.append(ev.raw)
             else:

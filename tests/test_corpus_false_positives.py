@@ -6,12 +6,14 @@ The corpus: the Python standard library's own sources, read from the
 running interpreter's installation (its regression-test suites and
 site-packages left out: tests are full of deliberately repeated literal
 data), JSON arrays of similar objects, CSV records, markdown documents
-with tables, rules, lists and code blocks, and enumerations that count
+with tables, rules, lists and code blocks, enumerations that count
 without looping (issue 18: numbered procedures, CSV exports and tables
-with ids, the primes below 1,000). The one stdlib module whose text
-*is* a loop by issue 4's definition (``encodings/iso8859_8.py``: 28
-identical lines of ``'\\ufffe'``) is not hidden: a test below pins that it
-is cut, and why.
+with ids, the primes below 1,000), and structured repetition a user asks
+for (issue 24, ``tests/support/structuredcorpus.py``: empty grids and tables,
+arrays of zeros, runs of one character, borders and rules). The one
+stdlib module whose text was a loop by issue 4's definition
+(``encodings/iso8859_8.py``: 28 identical lines of ``'\\ufffe'``) is a
+table too, and passes since issue 24: a test below pins it.
 
 Run ``python -m tests.test_corpus_false_positives`` for the figures.
 """
@@ -32,16 +34,17 @@ import orjson
 from streamfix.chain import KEEPALIVE, PASS, Chain
 from streamfix.chunks import ChoiceView, ChunkView, DeltaView
 from streamfix.context import Context
-from streamfix.transforms.repetition import COUNTED_CHARS, _Channel
+from streamfix.transforms.repetition import COUNTED_CHARS, _Channel, structured
 
 from .support.streamutil import SHAPES_REQUEST
+from .support.structuredcorpus import STRUCTURED
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 #: Bytes of stdlib source streamed through the chain (the whole non-test
 #: stdlib, ~13 MB, goes through the cutter alone in a separate test).
 STDLIB_BUDGET = 5_000_000
-#: The stdlib module that is a loop by definition (see module doc).
-KNOWN_LOOP = "encodings/iso8859_8.py"
+#: The stdlib module that was a loop by issue 4's definition (module doc).
+KNOWN_TABLE = "encodings/iso8859_8.py"
 #: Token-sized pieces, 1..8 characters, in a fixed pseudo-random order.
 _SIZES = [random.Random(7).randint(1, 8) for _ in range(4096)]
 
@@ -55,8 +58,6 @@ def stdlib_files() -> list[Path]:
         if parts[0] in ("site-packages", "dist-packages", "test") or any(
             p in ("tests", "idle_test") for p in parts
         ):
-            continue
-        if rel.as_posix() == KNOWN_LOOP:
             continue
         out.append(f)
     return out
@@ -266,6 +267,7 @@ def corpus() -> dict[str, list[str]]:
         "csv": csv_docs(),
         "markdown": markdown_docs(),
         "enumerations": enumeration_docs(),
+        "structured": [text for _, text in STRUCTURED],
     }
 
 
@@ -353,18 +355,21 @@ def test_whole_stdlib_through_the_cutter() -> None:
     assert hits == []
 
 
-def test_the_stdlib_module_that_is_a_loop() -> None:
+def test_the_stdlib_table_that_was_a_loop() -> None:
     """``encodings/iso8859_8.py`` decodes 28 unassigned bytes as 28
     identical lines ``    '\\ufffe'`` in a row: 13-character period, 364
-    characters of exact repetition. Under issue 4's bound (at most 400
-    characters past a loop's start may reach the client) no threshold can
-    let it through without also letting a real 13-character loop run past
-    the bound, so it is cut, by design."""
-    path = STDLIB / KNOWN_LOOP
+    characters of exact repetition, cut under issue 4's bound alone. The
+    copy is 8 of 13 characters punctuation and blanks, a table's row:
+    structured, it needs ``STRUCTURED_SPAN`` (issue 24), and passes."""
+    path = STDLIB / KNOWN_TABLE
     if not path.exists():  # pragma: no cover - other interpreters
         return
-    hit = _Channel().feed(path.read_text("utf-8"))
-    assert hit is not None and hit[0] == 13
+    text = path.read_text("utf-8")
+    assert "    '\\ufffe'\n" * 28 in text
+    assert structured("    '\\ufffe'\n")
+    assert _Channel().feed(text) is None
+    got, ctx = stream_through_chain(text, None)
+    assert got == text and ctx.report.cut is None
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 import streamfix
 from streamfix.session import SSESession
 
-from .support.detectutil import check_byte_cuts, check_split_invariant, result, run_parts, run_pieces
+from .support.detectutil import (
+    check_byte_cuts,
+    check_split_invariant,
+    result,
+    run_parts,
+    run_pieces,
+)
 from .support.streamutil import SHAPES_REQUEST, assemble, chunk, sse, text_stream, tool
 
 LONG = (

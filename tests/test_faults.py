@@ -413,7 +413,9 @@ async def test_upstream_5xx_and_429_after_retries_are_passed_on(status: int, str
         got, data = await post(px.url, body(stream))
     assert got == status
     assert assert_openai_error(data)["message"] == "overloaded"
-    assert len(up.chat_requests) == 2  # retried once, then given up
+    # retried once, then given up; a 500 is never asked again of the row
+    # that answered it (upstream.pool: *Whose fault*)
+    assert len(up.chat_requests) == (1 if status == 500 else 2)
 
 
 @pytest.mark.parametrize("stream", [True, False])

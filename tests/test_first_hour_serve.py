@@ -58,8 +58,12 @@ async def test_a_url_without_v1_is_named_at_start_and_in_the_first_error(
                 health_status, health = r.status, await r.json()
     hint = f"no /v1? try {up.root}/v1"
     assert any(hint in line and "HTTP 404 on /models" in line for line in start), start
-    assert status == 404 and hint in err["error"]["message"]
-    assert "<" not in err["error"]["message"]
+    # the client hears the hint, not the upstream's address (tenants never do)
+    message = err["error"]["message"]
+    assert status == 404
+    assert "HTTP 404 on /chat/completions: an HTML page (404 Not Found)" in message
+    assert "(no /v1? its URL probably lacks /v1: give --upstream …/v1)" in message
+    assert "<" not in message
     assert health_status == 503 and health["status"] == "down"
     [row] = health["upstreams"]
     assert row["state"] == "not_openai" and hint in row["problem"]

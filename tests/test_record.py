@@ -329,6 +329,7 @@ def test_key_shapes_are_scrubbed_whatever_the_config_knows() -> None:
         setattr(take, name, value)
     take.secrets, take.wall, take.attempts, take.errors = [], 0.0, [], []
     take.incomplete, take.status = False, 500
+    take.door = take.chat_body = take.chat_reply = None  # the chat route
     take.body = b'{"messages": []}'
     take.client = [
         b'{"error": "bad key sk-proj-AbC123xyz789QQQ, Authorization: Bearer eyJhbGciOi.x.y,'

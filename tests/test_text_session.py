@@ -23,7 +23,7 @@ from streamfix.text_session import CompletionSession, expected_choices, fix_text
 from streamfix.transforms.repetition import RepetitionCutter
 
 from .support.streamutil import split_at, split_sizes, sse
-from .test_repetition import LOOPS, NOT_LOOPS, PARAGRAPH, PROSE, _loop_text, _pieces
+from .test_repetition import LOOPS, NOT_LOOPS, PARAGRAPH, PROSE, _bound, _loop_text, _pieces
 
 #: Real prose, with no loop in it (non-ASCII too, so byte splits fall
 #: inside UTF-8 sequences).
@@ -640,7 +640,7 @@ def test_byte_splits_do_not_matter(
     assert run(split_at(data, cuts))[0] == whole
     got = assemble_text(whole).choices[0]
     assert got.ext == {"cut": "repetition", "period": p}
-    assert text.startswith(got.text) and len(got.text) - start <= max(4 * p, 400)
+    assert text.startswith(got.text) and len(got.text) - start <= _bound(loop[2])
 
 
 def test_single_byte_reads_and_utf8_cut_between_reads() -> None:

@@ -9,6 +9,15 @@ splitter) and ``RESIDUE: list[Residue]`` (its leftover markup, for the
 residue stripper). Adding a model family is one new module: nothing shared is
 edited.
 
+A user's shape joins the same lists without a fork: ``register(...)`` (a
+module with those lists, or ``Format``/``Reasoning``/``Residue`` objects),
+or an installed package's ``streamfix.formats`` entry point, loaded before
+the first request (``load_entry_points``). A registered format is treated
+exactly as a built-in one; it is checked first (``plugins.check``): a
+format that breaks an invariant is refused with a ``PluginError`` that
+says which and why. Registering clears every cache built from the lists
+(the ones here, and those the steps registered with ``on_change``).
+
 ``markers_for(tools)`` turns the formats into what the detector's matcher
 needs for one request: every marker with the formats that share it (in
 priority order: they share the first one's end rule and are parsed in
@@ -19,16 +28,26 @@ only at the start of the reply.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import pkgutil
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from types import ModuleType
+from typing import Any
 
 from ..context import ToolSpec
+from ..errors import PluginError
 from .base import Format, Reasoning, Residue
 
 _SKIP = frozenset({"base", "scan", "registry"})
+
+log = logging.getLogger("streamfix.plugins")
+
+#: The entry point group of installed format plugins.
+ENTRY_POINTS = "streamfix.formats"
 
 
 @lru_cache(maxsize=1)
@@ -42,11 +61,154 @@ def _modules() -> tuple[object, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Plugin:
+    """What one ``register`` call added (its ``name``: the module's or the
+    first format's), read like a format module; ``unregister`` takes it."""
+
+    name: str
+    FORMATS: tuple[Format, ...] = ()
+    REASONING: tuple[Reasoning, ...] = ()
+    RESIDUE: tuple[Residue, ...] = ()
+    REASONING_MODELS: tuple[str, ...] = ()
+
+
+_plugins: list[Plugin] = []
+_hooks: list[Callable[[], None]] = []
+
+
+def _sources() -> tuple[object, ...]:
+    return (*_modules(), *_plugins)
+
+
+def on_change(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever the lists change (a cache built from them)."""
+    _hooks.append(hook)
+
+
+def _changed() -> None:
+    for cached in (all_formats, all_reasoning, all_residue, reasoning_models):
+        cached.cache_clear()
+    for hook in _hooks:
+        hook()
+
+
+def _plugin_of(items: Iterable[Any], name: str | None) -> Plugin:
+    """The ``Plugin`` of ``register``'s arguments (see there)."""
+    formats: list[Format] = []
+    reasoning: list[Reasoning] = []
+    residue: list[Residue] = []
+    models: list[str] = []
+
+    def add(item: Any) -> None:
+        if isinstance(item, ModuleType):
+            for x in getattr(item, "FORMATS", ()):
+                add(x)
+            for x in getattr(item, "REASONING", ()):
+                add(x)
+            for x in getattr(item, "RESIDUE", ()):
+                add(x)
+            models.extend(getattr(item, "REASONING_MODELS", ()))
+        elif isinstance(item, type) and issubclass(item, Format):
+            formats.append(item())
+        elif isinstance(item, Format):
+            formats.append(item)
+        elif isinstance(item, Reasoning):
+            reasoning.append(item)
+        elif isinstance(item, Residue):
+            residue.append(item)
+        elif isinstance(item, (list, tuple)):
+            for x in item:
+                add(x)
+        else:
+            raise PluginError(
+                f"cannot register {item!r}: expected a module with FORMATS/REASONING/"
+                "RESIDUE lists, or Format, Reasoning or Residue objects"
+            )
+
+    mods = []
+    for item in items:
+        add(item)
+        if isinstance(item, ModuleType):
+            mods.append(item.__name__)
+    if name is None:
+        name = mods[0] if mods else (formats[0].name if formats else "plugin")
+    if not (formats or reasoning or residue or models):
+        raise PluginError(f"plugin {name}: nothing to register (no FORMATS, REASONING, RESIDUE)")
+    return Plugin(name, tuple(formats), tuple(reasoning), tuple(residue), tuple(models))
+
+
+def register(*items: Any, name: str | None = None, check: bool = True) -> Plugin:
+    """Teach the chain a shape: ``items`` are modules laid out like a
+    built-in format module (``FORMATS``, ``REASONING``, ``RESIDUE``,
+    ``REASONING_MODELS``), or ``Format`` objects (or classes), ``Reasoning``
+    and ``Residue`` objects. Checked before it takes effect (``check``:
+    also against plain prose and code, ``plugins.check``); a refusal raises
+    ``PluginError`` and changes nothing. Returns what was added."""
+    from .. import plugins
+
+    plugin = _plugin_of(items, name)
+    plugins.check_static(plugin, all_formats())
+    _plugins.append(plugin)
+    _changed()
+    if check:
+        try:
+            plugins.check_prose(plugin)
+        except BaseException:
+            unregister(plugin)
+            raise
+    return plugin
+
+
+def unregister(plugin: Plugin) -> None:
+    """Take back what ``register`` added (tests; a reload)."""
+    if plugin in _plugins:
+        _plugins.remove(plugin)
+        _changed()
+
+
+def registered() -> tuple[Plugin, ...]:
+    """What was registered, in order (entry points included)."""
+    return tuple(_plugins)
+
+
+_loaded_entry_points: set[str] = set()
+
+
+def load_entry_points(strict: bool = True) -> list[Plugin]:
+    """Register every installed ``streamfix.formats`` entry point not yet
+    registered (``STREAMFIX_PLUGINS=0`` turns this off). An entry point
+    names a module (or a Format, a list …) as ``register`` takes it. One
+    that fails to load or is refused raises ``PluginError`` (``strict``,
+    ``streamfix serve``) or is logged and skipped (the library)."""
+    if os.environ.get("STREAMFIX_PLUGINS", "1").strip().lower() in ("0", "false", "no", "off"):
+        return []
+    from importlib.metadata import entry_points
+
+    added: list[Plugin] = []
+    for ep in entry_points(group=ENTRY_POINTS):
+        key = f"{ep.name}={ep.value}"
+        if key in _loaded_entry_points:
+            continue
+        _loaded_entry_points.add(key)
+        try:
+            try:
+                obj = ep.load()
+            except Exception as exc:
+                raise PluginError(f"format plugin {ep.name} ({ep.value}): {exc}") from exc
+            added.append(register(obj, name=ep.name))
+        except PluginError as exc:
+            if strict:
+                raise
+            log.warning("format plugin %s skipped: %s", ep.name, exc)
+    return added
+
+
 @lru_cache(maxsize=1)
 def all_formats() -> tuple[Format, ...]:
     """Every registered format, in priority order."""
     found: list[Format] = []
-    for module in _modules():
+    for module in _sources():
         found.extend(getattr(module, "FORMATS", ()))
     return tuple(sorted(found, key=lambda f: (f.priority, f.name)))
 
@@ -55,7 +217,7 @@ def all_formats() -> tuple[Format, ...]:
 def all_reasoning() -> tuple[Reasoning, ...]:
     """Every family's reasoning markup (the modules' ``REASONING``), by name."""
     found: list[Reasoning] = []
-    for module in _modules():
+    for module in _sources():
         found.extend(getattr(module, "REASONING", ()))
     return tuple(sorted(found, key=lambda r: r.name))
 
@@ -64,7 +226,7 @@ def all_reasoning() -> tuple[Reasoning, ...]:
 def all_residue() -> Residue:
     """Every family's leftover markup (the modules' ``RESIDUE``), merged."""
     found: list[Residue] = []
-    for module in _modules():
+    for module in _sources():
         found.extend(getattr(module, "RESIDUE", ()))
 
     def union(field: str) -> tuple[str, ...]:
@@ -77,7 +239,7 @@ def all_residue() -> Residue:
 def reasoning_models() -> re.Pattern[str]:
     """One pattern over every family's reasoning model names (the modules'
     ``REASONING_MODELS``): a model so named reasons before answering."""
-    names = sorted({m for module in _modules() for m in getattr(module, "REASONING_MODELS", ())})
+    names = sorted({m for module in _sources() for m in getattr(module, "REASONING_MODELS", ())})
     return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
 
 

@@ -22,6 +22,8 @@ reloading, slots, metrics); ``record.py`` and ``metrics.py`` observe.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ..middleware import Handler
@@ -36,11 +38,38 @@ from .routes.embeddings import embeddings
 from .routes.models import models
 from .routes.status import healthz, metrics
 
+#: aiohttp's keep-alive timeout when ``client_timeout`` allows more (its
+#: ``web.run_app`` default): an idle kept-alive connection is closed then.
+KEEPALIVE_TIMEOUT = 75.0
+
+#: Seconds a client answered before its whole body was read (a 408, a 413,
+#: a refused key) has to take that answer before its connection is closed;
+#: aiohttp reads and discards the rest meanwhile (its default is 10 s, each
+#: slow client holding a connection that much longer).
+LINGERING_TIME = 2.0
+
+
+def run_options(config: ServerConfig) -> dict[str, Any]:
+    """The keywords to run the app with (``web.run_app``, ``web.AppRunner``):
+    handlers cancelled when their client disconnects, and the time a client
+    has for a request's headers. aiohttp has no header-read timeout of its
+    own; its keep-alive timeout closes a connection on which no complete
+    request has arrived in that time, the first included, so it is set to
+    ``client_timeout`` (at most ``KEEPALIVE_TIMEOUT``). The body's time is
+    bounded by the handlers (``caller.validate.read_body``)."""
+    limit = config.client_timeout
+    return {
+        "handler_cancellation": True,
+        "keepalive_timeout": min(limit, KEEPALIVE_TIMEOUT) if limit > 0 else KEEPALIVE_TIMEOUT,
+        "lingering_time": LINGERING_TIME,
+    }
+
 
 def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.Application:
-    """The proxy as an aiohttp application. Run it with
-    ``handler_cancellation=True`` (``web.run_app`` / ``AppRunner`` keyword)
-    so that a client disconnect cancels the upstream request at once.
+    """The proxy as an aiohttp application. Run it with ``run_options``
+    (``web.run_app`` / ``AppRunner`` keywords): ``handler_cancellation=True``
+    so that a client disconnect cancels the upstream request at once, and
+    the bound on a client's request headers.
     ``source`` reads the configuration again: given, SIGHUP reloads the
     routing table from it (``Proxy.reload``)."""
     proxy = Proxy(config, source)
@@ -50,15 +79,17 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)
-    handler: Handler = chat
-    if recorder is not None:  # --record DIR
+
+    def recorded(handler: Handler) -> Handler:
+        return handler if recorder is None else recorder.wrap(handler)
+
+    if recorder is not None:  # --record DIR: every route that reaches an upstream
         app[record.RECORDER] = recorder
         app.cleanup_ctx.append(recorder.lifecycle)
-        handler = recorder.wrap(handler)
-    app.router.add_post("/v1/chat/completions", handler)
-    add_doors(app)
-    app.router.add_post("/v1/embeddings", embeddings)
-    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", recorded(chat))
+    add_doors(app, recorded)
+    app.router.add_post("/v1/embeddings", recorded(embeddings))
+    app.router.add_post("/v1/completions", recorded(completions))
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", models)
     app.router.add_get("/healthz", healthz)

@@ -18,6 +18,14 @@ separated), or TOML tables::
     model = "Qwen/Qwen3-8B"  # the name the server knows (sent upstream)
     name = "fast"       # the name clients ask for (default: model)
     kind = "chat"       # or "embedding" (default chat)
+    transform = ["mypkg.steps:Redact"]  # user steps for this row's replies
+
+User steps and shapes (docs/extending.md): ``--transform module:factory``
+(repeatable; ``transform = [...]`` in TOML, ``STREAMFIX_TRANSFORM``
+comma separated) runs a step on every reply, after the row's own;
+``--format module:NAME`` (``format = [...]``, ``STREAMFIX_FORMAT``)
+registers a call shape. Installed ``streamfix.formats`` entry points are
+registered with no flag.
 
 A URL given on the command line or in the environment may carry the same
 options after ``#``: ``http://h:8080/v1#weight=2,window=32768,model=m,name=fast``.
@@ -33,7 +41,11 @@ Tenants (TOML only) scope inbound keys to models::
     api_key = ["sk-team-a"]
     models = ["fast"]   # public names this tenant may use; "*" for all
 
-Keys are never logged: ``UpstreamConfig.__repr__`` hides them.
+Keys are never logged: ``UpstreamConfig.__repr__`` hides them. An empty
+or blank key, or one with blanks around it, is refused wherever keys are
+read (flags, environment, TOML; inbound, tenant and upstream keys alike,
+``check_keys``): an empty inbound key would match a request that sent
+none, and a blank upstream key is a mistake, not "no key".
 """
 
 from __future__ import annotations
@@ -66,6 +78,9 @@ class UpstreamConfig:
     #: The name clients ask for (``name`` in TOML); defaults to ``model``.
     public: str | None = None
     kind: str = "chat"
+    #: User steps (``module:factory``) for replies from this row: the
+    #: global ``--transform`` ones, then the row's own (``build_config``).
+    transforms: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # no key, no password from the URL
         return (
@@ -155,6 +170,7 @@ class ServerConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     request_timeout: float = 0.0
+    client_timeout: float = 30.0
     protect_status: bool = False
     body_limit: int = 8 * 1024 * 1024
     pool_limit: int = 256
@@ -171,6 +187,9 @@ class ServerConfig:
     record_max_bytes: int = 256 * 1024 * 1024
     record_sample: float = 1.0
     record_redact: str = "none"
+    # plugins (streamfix.plugins)
+    transforms: list[str] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
 
 
 #: Settings other than the upstreams and the API keys, in --help order.
@@ -215,6 +234,14 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         "longest a whole request may take, from its arrival to the end of the reply; "
         "0 = no limit (default 0)",
+        "SECONDS",
+    ),
+    Setting(
+        "client_timeout",
+        float,
+        "longest a client may take to send a request, its headers and then its body "
+        "(a slower one is answered 408 and its connection closed); also how long an "
+        "idle kept-alive connection stays open, at most 75; 0 = no limit (default 30)",
         "SECONDS",
     ),
     Setting(
@@ -291,6 +318,30 @@ class ConfigError(ValueError):
     """A setting has a value that cannot be used."""
 
 
+def check_key(key: Any, where: str) -> str:
+    """``key`` if it is a usable key: a non-empty string with no blanks
+    around it (the inbound check strips what a client sends, so a padded
+    key could never match, and an empty one would match a missing one)."""
+    if not isinstance(key, str) or not key.strip():
+        raise ConfigError(f"{where}: an api_key must not be empty or blank")
+    if key != key.strip():
+        raise ConfigError(f"{where}: an api_key must not start or end with blanks")
+    return key
+
+
+def check_keys(cfg: ServerConfig) -> None:
+    """Every key of ``cfg`` (the proxy's own, each tenant's, each
+    upstream's) is usable (``check_key``); ConfigError otherwise."""
+    for key in cfg.api_keys:
+        check_key(key, "api_key")
+    for t in cfg.tenants:
+        for key in t.api_keys:
+            check_key(key, f"tenant {t.name}")
+    for u in cfg.upstreams:
+        if u.api_key is not None:
+            check_key(u.api_key, f"upstream {u.name}")
+
+
 def _convert(setting_type: type, name: str, value: Any) -> Any:
     try:
         if setting_type is bool:
@@ -317,6 +368,7 @@ def parse_upstream(spec: str) -> UpstreamConfig:
 
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     known = {"url", "weight", "api_key", "window", "reasoning", "model", "name", "kind"}
+    known.add("transform")
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"upstream: unknown option(s) {', '.join(unknown)}")
@@ -338,13 +390,25 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     return UpstreamConfig(
         url=url,
         weight=weight,
-        api_key=str(table["api_key"]) if table.get("api_key") else None,
+        api_key=check_key(table["api_key"], f"upstream {url}") if "api_key" in table else None,
         window=_convert(int, "window", window) if window not in (None, "") else None,
         reasoning=_convert(bool, "reasoning", table.get("reasoning", False)),
         model=model,
         public=public,
         kind=kind,
+        transforms=tuple(_specs("transform", table.get("transform"))),
     )
+
+
+def _specs(name: str, value: Any) -> list[str]:
+    """A plugin list from TOML (a string or a list of strings) or the
+    environment (comma separated)."""
+    if value is None:
+        return []
+    items = _split_list(value) if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ConfigError(f"{name}: expected module:name or a list of them")
+    return [x.strip() for x in items]
 
 
 def parse_tenant(table: Any) -> TenantConfig:
@@ -360,8 +424,10 @@ def parse_tenant(table: Any) -> TenantConfig:
     keys, models = table.get("api_key"), table.get("models")
     keys = [keys] if isinstance(keys, str) else keys
     models = [models] if isinstance(models, str) else models
-    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
         raise ConfigError(f"tenant {name}: api_key must be a key or a list of keys")
+    for k in keys:
+        check_key(k, f"tenant {name}")
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ConfigError(f"tenant {name}: models must be a list of model names")
     return TenantConfig(name=name, api_keys=tuple(keys), models=tuple(models))
@@ -393,7 +459,13 @@ def from_toml(path: str | Path) -> dict[str, Any]:
         ]
     keys = data.pop("api_key", None)
     if keys is not None:
-        out["api_keys"] = [keys] if isinstance(keys, str) else [str(k) for k in keys]
+        keys = [keys] if isinstance(keys, str) else keys
+        if not isinstance(keys, list):
+            raise ConfigError("config file: api_key must be a key or a list of keys")
+        out["api_keys"] = [check_key(k, "config file api_key") for k in keys]
+    for key, field_name in (("transform", "transforms"), ("format", "formats")):
+        if key in data:
+            out[field_name] = _specs(key, data.pop(key))
     by_name = {s.name: s for s in SETTINGS}
     for key, value in data.items():
         key = key.replace("-", "_")
@@ -409,8 +481,13 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get(ENV_PREFIX + "UPSTREAM"):
         out["upstreams"] = [parse_upstream(u) for u in _split_list(env[ENV_PREFIX + "UPSTREAM"])]
-    if env.get(ENV_PREFIX + "API_KEY"):
-        out["api_keys"] = _split_list(env[ENV_PREFIX + "API_KEY"])
+    if env.get(ENV_PREFIX + "API_KEY"):  # set but empty: unset, as every variable
+        # every comma-separated part is a key: an empty one is refused, not skipped
+        keys = [p.strip() for p in env[ENV_PREFIX + "API_KEY"].split(",")]
+        out["api_keys"] = [check_key(k, ENV_PREFIX + "API_KEY") for k in keys]
+    for key, field_name in (("TRANSFORM", "transforms"), ("FORMAT", "formats")):
+        if env.get(ENV_PREFIX + key):
+            out[field_name] = _specs(ENV_PREFIX + key, env[ENV_PREFIX + key])
     for s in SETTINGS:
         if env.get(s.env):
             out[s.name] = _convert(s.type, s.env, env[s.env])
@@ -438,6 +515,10 @@ def build_config(
             value = [parse_upstream(u) for u in value]
         merged[key] = value
     cfg = ServerConfig(**merged)
+    if cfg.transforms:
+        cfg.upstreams = [
+            replace(u, transforms=(*cfg.transforms, *u.transforms)) for u in cfg.upstreams
+        ]
     validate(cfg)
     return cfg
 
@@ -467,6 +548,8 @@ def validate(cfg: ServerConfig) -> None:
         raise ConfigError("record_max_files and record_max_bytes must be at least 1")
     if cfg.request_timeout < 0:
         raise ConfigError("request_timeout must not be negative (0 = no limit)")
+    if cfg.client_timeout < 0:
+        raise ConfigError("client_timeout must not be negative (0 = no limit)")
     for name in ("connect_timeout", "read_timeout"):
         if not getattr(cfg, name) > 0:  # NaN too
             raise ConfigError(f"{name} must be more than 0 seconds (got {getattr(cfg, name):g})")
@@ -474,12 +557,21 @@ def validate(cfg: ServerConfig) -> None:
         if not getattr(cfg, name) >= 0:
             raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
     validate_table(cfg)
+    from ..errors import PluginError
+    from ..plugins import factories
+
+    try:
+        for u in cfg.upstreams:
+            factories(u.transforms)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def validate_table(cfg: ServerConfig) -> None:
     """The upstream table and the tenants make sense together: every
     tenant's model is served, no key opens two doors, no public name
-    stands for two server models."""
+    stands for two server models, no key is empty or blank."""
+    check_keys(cfg)
     served: dict[tuple[str, str], str] = {}
     for u in cfg.upstreams:
         if u.served is None or u.model is None:
@@ -531,6 +623,9 @@ def settings_epilog() -> str:
         "                        weight=… api_key=… window=… reasoning=… model=… name=…",
         "                        kind=chat|embedding)",
         "  STREAMFIX_API_KEY     comma-separated inbound API keys (TOML: api_key)",
+        "  STREAMFIX_TRANSFORM   comma-separated user steps, module:factory (TOML: transform,",
+        "                        also per [[upstream]])",
+        "  STREAMFIX_FORMAT      comma-separated call shapes, module:NAME (TOML: format)",
     ]
     for s in SETTINGS:
         lines.append(f"  {s.env:<33} TOML: {s.name}")

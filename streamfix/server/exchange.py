@@ -11,6 +11,11 @@ Every endpoint that reaches an upstream goes through here, in one order::
       ─► pump(session, client, ready): each read through the session to
          the caller (held until ``ready``), and how the stream ended
 
+The budget is the row's and the model's asked there (``Upstream.window_for``
+and the rest of what that model taught, ``upstream/pool.Learned``); where
+the estimate says the prompt must be trimmed and the row's server can
+count tokens (vLLM, llama.cpp), its count decides (``server_counts``).
+
 A failure the caller must hear of is raised (``UpstreamFailure``: no row
 answered; ``scope.Answered``: a reply that could not be read) and answered
 in one place, ``Scope.answer``.
@@ -30,18 +35,19 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..context import UNOPENED_HOLD
+from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
+from ..plugins import factories
 from ..session import error_event
 from . import record
-from .caller.replies import json_error, read_reply, relay_error
+from .caller.replies import is_error_object, json_error, read_reply, relay_error
 from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
 from .proxy import Proxy
 from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
-from .upstream.budget import clamp_request, fit_prompt
-from .upstream.diagnose import in_words, missing_v1, status_problem
+from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
+from .upstream.diagnose import in_words, missing_v1, short_body
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -51,6 +57,7 @@ from .upstream.pool import (
     response_headers,
     send,
 )
+from .upstream.tokens import COUNTING, count_prompt
 
 log = logging.getLogger("streamfix.server")
 
@@ -69,19 +76,45 @@ class StreamSession(Protocol):
     def finish(self) -> None: ...
 
 
-#: The chain's options for every reply: no keep-alive comment per held
-#: chunk; the proxy sends its own, at most one per interval (``pump``).
-_OPTIONS: dict[str, Any] = {"keepalive": False}
-_REASONING_OPTIONS: dict[str, Any] = {**_OPTIONS, "unopened_reasoning_hold": UNOPENED_HOLD}
+def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
+    """The chain's options for ``up``'s reply to ``body`` (as sent: named
+    as the row's server knows the model). What the request says comes
+    first: thinking switched off (``chat_template_kwargs``) means no hold
+    and no split of an unmarked reply. Otherwise the start of the reply is
+    held for a reasoning section the prompt opened when this model on this
+    row is known to reason (configured, probed, or seen reasoning) or its
+    name is a reasoning model's; an unmarked reply cut by the token limit
+    is reasoning only for such a name or a model seen closing reasoning its
+    prompt opened (not for one merely seen reasoning in its own markup).
+    With nothing known, the client's request decides
+    (``Options.unopened_reasoning_hold``). The row's user steps
+    (``--transform``, loaded once: ``plugins.factories``) run after the
+    built-in repairs. Keep-alives are the proxy's, at most one per
+    interval (``caller.stream.KEEPALIVE_INTERVAL``), not the chain's
+    comment per held chunk."""
+    body = body or {}
+    opts: dict[str, Any] = {"keepalive": False}
+    if up.cfg.transforms:
+        opts["transforms"] = factories(up.cfg.transforms)
+    switch = thinking_switch(body)
+    if switch is False:
+        opts["unopened_reasoning_hold"] = 0
+        return opts
+    model = up.served(body.get("model"))
+    named = looks_like_reasoning(body, switch)  # as the row's server names the model
+    if up.reasons(model) or named:
+        opts["unopened_reasoning_hold"] = UNOPENED_HOLD
+    if up.prompt_opens(model) or named:
+        opts["prompt_opens_reasoning"] = True
+    return opts
 
 
-def chain_options(up: Upstream) -> dict[str, Any]:
-    """The chain's options for a reply from ``up``: an upstream known to
-    reason (configured, or seen reasoning) gets the start of its replies
-    held for a reasoning section the prompt opened; for others the request
-    decides (``Options.unopened_reasoning_hold``). Keep-alives are the
-    proxy's (``caller.stream.KEEPALIVE_INTERVAL``), not the chain's."""
-    return dict(_REASONING_OPTIONS if up.info.reasoning else _OPTIONS)
+def recorded_options(up: Upstream, options: dict[str, Any]) -> dict[str, Any]:
+    """``chain_options`` as a recording keeps them: steps by their names
+    (``module:factory``), which ``streamfix replay`` loads again."""
+    if "transforms" not in options:
+        return options
+    return {**options, "transforms": list(up.cfg.transforms)}
 
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
@@ -93,16 +126,33 @@ def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
     return {**body, "model": model}
 
 
-def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, Any]) -> bytes:
-    """The body for ``up``: the prompt fitted to its window, max_tokens
-    clamped, engine fields added. ``sent`` receives the final body and
-    what was clamped."""
-    base, trim = fit_prompt(
-        with_model(base, up), up.window, proxy.policy, scale=up.token_scale, known_over=False
-    )
+def budgeted(
+    proxy: Proxy,
+    base: dict[str, Any],
+    up: Upstream,
+    sent: dict[str, Any],
+    counted: dict[Upstream, int] | None = None,
+) -> bytes:
+    """The body for ``up``: the prompt fitted to the window of the model
+    asked on that row, max_tokens clamped (with the reasoning allowance
+    only for a model that reasons there, and not when the request switched
+    thinking off), engine fields added. ``counted``: prompts the server
+    itself counted (``upstream/tokens.py``), which decide a trim instead
+    of the estimate. ``sent`` receives the final body and what was
+    clamped."""
+    base = with_model(base, up)
+    model = up.served(base.get("model"))
+    window = up.window_for(model)
+    scale = up.token_scale(model)
+    count = counted.get(up) if counted else None
+    if count is not None:
+        estimate = estimate_prompt_tokens(base)
+        scale = count / estimate if estimate else scale
+    base, trim = fit_prompt(base, window, proxy.policy, scale=scale, known_over=False)
     if trim is not None:
         count_trim(proxy.metrics, up, trim)
-    body, clamp = clamp_request(base, up.window, proxy.policy, reasoning=up.info.reasoning)
+    reasoning = up.reasons(model) and thinking_switch(base) is not False
+    body, clamp = clamp_request(base, window, proxy.policy, reasoning=reasoning)
     extra = engine_fields(body, up.info)
     if extra:
         body = {**body, **extra}
@@ -111,14 +161,36 @@ def budgeted(proxy: Proxy, base: dict[str, Any], up: Upstream, sent: dict[str, A
     return orjson.dumps(body)
 
 
-def reply_failed(proxy: Proxy, up: Upstream, exc: Exception) -> web.Response:
+async def server_counts(
+    proxy: Proxy, body: dict[str, Any], rows: list[Upstream]
+) -> dict[Upstream, int]:
+    """The prompt's tokens as counted by each of ``rows`` whose server can
+    count (``upstream/tokens.py``) and for which the estimate says a trim
+    is due; the others are left to the estimate. Asked at once, each
+    bounded by ``tokens.COUNT_TIMEOUT``."""
+    asks = {}
+    for up in rows:
+        if up.info.engine not in COUNTING:
+            continue
+        base = with_model(body, up)
+        model = up.served(base.get("model"))
+        if may_not_fit(base, up.window_for(model), proxy.policy, up.token_scale(model)):
+            headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
+            asks[up] = count_prompt(proxy.client, up.info.engine, up.cfg.url, base, headers)
+    if not asks:
+        return {}
+    counts = await asyncio.gather(*asks.values())
+    return {up: n for up, n in zip(asks, counts, strict=True) if n is not None}
+
+
+def reply_failed(scope: Scope, up: Upstream, exc: Exception) -> web.Response:
     """A whole reply that could not be read (the connection died or went
     silent): counted, and the 502 (504 for a timeout) to answer."""
     kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
-    proxy.upstream_error(up, kind)
+    scope.proxy.upstream_error(up, kind)
     return json_error(
         504 if kind == "timeout" else 502,
-        f"upstream {up.name} failed mid-reply: {in_words(exc)}",
+        f"upstream {scope.shown(up)} failed mid-reply: {in_words(exc, False)}",
         "upstream_error",
         kind,
     )
@@ -144,6 +216,8 @@ class Exchange:
     resp: aiohttp.ClientResponse
     #: What was sent: ``body`` (and ``clamp`` when budgeted).
     sent: dict[str, Any] = field(default_factory=dict)
+    #: ``options``, once read.
+    read_options: dict[str, Any] | None = None
     #: The path asked for (``/chat/completions``).
     path: str = ""
 
@@ -168,12 +242,17 @@ class Exchange:
         proxy = scope.proxy
         sent: dict[str, Any] = {}
         forward_auth = not scope.table.keys
+        eligible = rows if rows is not None or order is not None else scope.rows or None
+        counted: dict[Upstream, int] = {}
+        if budget and body is not None:
+            candidates = order or eligible or scope.table.upstreams
+            counted = await server_counts(proxy, body, candidates)
 
         def body_for(up: Upstream) -> bytes | None:
             if body is None:
                 return None
             if budget:
-                return budgeted(proxy, body, up, sent)
+                return budgeted(proxy, body, up, sent, counted)
             out = sent["body"] = with_model(body, up)
             return orjson.dumps(out)
 
@@ -195,13 +274,19 @@ class Exchange:
             timeout=proxy.timeout,
             on_error=proxy.upstream_error,
             order=order,
-            rows=rows if rows is not None or order is not None else scope.rows or None,
+            rows=eligible,
         )
-        ex = cls(scope, up, resp, sent, path)
+        ex = cls(scope, up, resp, sent, path=path)
         if resp.status == 200:
             proxy.answered(up)
         if recorded:
-            record.attempt(up.name, sent.get("body"), resp.status, resp.content_type, ex.options)
+            record.attempt(
+                up.name,
+                sent.get("body"),
+                resp.status,
+                resp.content_type,
+                recorded_options(up, ex.options),
+            )
         if sent.get("clamp"):
             proxy.metrics.clamps.inc()
             log.info("clamped for %s: %s", up.name, sent["clamp"])
@@ -209,8 +294,17 @@ class Exchange:
 
     @property
     def options(self) -> dict[str, Any]:
-        """The chain's options for this upstream's reply."""
-        return chain_options(self.up)
+        """The chain's options for this upstream's reply (read once: they
+        read the request's messages)."""
+        if self.read_options is None:
+            self.read_options = chain_options(self.up, self.sent.get("body"))
+        return self.read_options
+
+    @property
+    def model(self) -> str:
+        """The model asked, as its row's server knows it: the key of what
+        is learned from this reply."""
+        return self.up.served((self.sent.get("body") or {}).get("model"))
 
     @property
     def ok(self) -> bool:
@@ -230,7 +324,7 @@ class Exchange:
         try:
             return await read_reply(self.resp)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise Answered(reply_failed(self.scope.proxy, self.up, exc)) from None
+            raise Answered(reply_failed(self.scope, self.up, exc)) from None
         finally:
             self.resp.close()
 
@@ -238,21 +332,49 @@ class Exchange:
         """The start of an error reply's body (``ERROR_BODY_BYTES``)."""
         return await self.resp.content.read(ERROR_BODY_BYTES)
 
-    def relayed(self, raw: bytes) -> web.Response:
-        """This non-200 reply for the caller (``replies.relay_error``). A
-        404 from a row whose URL lacks ``/v1`` says so: the start-up
-        check's hint, where the client sees it."""
+    @property
+    def shown(self) -> str:
+        """What errors call this upstream for the caller (``Scope.shown``)."""
+        return self.scope.shown(self.up)
+
+    def relayed(self, raw: bytes, status: int | None = None) -> web.Response:
+        """This reply's error for the caller (``replies.relay_error``), as
+        ``status`` (default: the reply's own). A 404 from a row whose URL
+        lacks ``/v1`` says so: the start-up check's hint, where the client
+        sees it."""
         resp = self.resp
         url = self.up.cfg.url
-        if resp.status == 404 and missing_v1(url):
-            line = status_problem(url, 404, raw, self.path)
-            return json_error(404, f"upstream {self.up.name} answered {line}", "upstream_error")
-        return relay_error(resp.status, raw, self.headers, resp.content_type, self.up.name)
+        if status is None and resp.status == 404 and missing_v1(url):
+            line = (
+                f"upstream {self.shown} answered HTTP 404 on {self.path}: {short_body(raw)} "
+                "(no /v1? its URL probably lacks /v1: give --upstream …/v1)"
+            )
+            redact = self.scope.redact
+            if redact is not None:
+                line = redact(line.encode()).decode("utf-8", "replace")
+            return json_error(404, line, "upstream_error")
+        return relay_error(
+            status or resp.status,
+            raw,
+            self.headers,
+            resp.content_type,
+            self.shown,
+            self.scope.redact,
+        )
+
+    def error_reply(self, obj: object, raw: bytes) -> web.Response | None:
+        """A 200 whose JSON body is an error object (some servers answer
+        so): counted, and relayed as a 502 with the upstream's own
+        message; None when ``obj`` is no error (``replies.is_error_object``)."""
+        if not is_error_object(obj):
+            return None
+        self.scope.proxy.upstream_error(self.up, "protocol")
+        return self.relayed(raw, 502)
 
     def not_json(self, what: str, type_: str = "upstream_protocol_error") -> web.Response:
         """A reply that is not the JSON ``what`` it should be: counted, 502."""
         self.scope.proxy.upstream_error(self.up, "protocol")
-        return json_error(502, f"upstream {self.up.name} sent {what}", type_)
+        return json_error(502, f"upstream {self.shown} sent {what}", type_)
 
     async def pump(
         self, session: StreamSession, client: ClientStream, ready: Callable[[], bool]
@@ -318,9 +440,9 @@ class Exchange:
         kind = "died_midstream" if got_data else "empty_stream"
         self.scope.proxy.upstream_error(up, kind)
         error = (
-            f"upstream {up.name} ended the stream before [DONE]"
+            f"upstream {self.shown} ended the stream before [DONE]"
             if got_data
-            else f"upstream {up.name} sent an empty stream"
+            else f"upstream {self.shown} sent an empty stream"
             " (llama.cpp does so when the prompt exceeds its context window)"
         )
         if got_data:
@@ -336,7 +458,7 @@ class Exchange:
             return str(exc), session.fail(exc)
         kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
         proxy.upstream_error(up, kind)
-        error = f"upstream {up.name} failed mid-stream: {in_words(exc)}"
+        error = f"upstream {self.shown} failed mid-stream: {in_words(exc, False)}"
         self._log_death(error)
         return error, session.fail(UpstreamProtocolError(error))
 

@@ -39,7 +39,7 @@ import orjson
 from aiohttp import web
 
 from ..context import Report, ToolSpec
-from ..transforms.detect import MATCHER_CACHE, matcher_for
+from ..transforms.detect import matcher_for
 from . import record
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
@@ -100,9 +100,6 @@ class Proxy:
         #: The loop the app runs on (``lifecycle``): a reload may come from
         #: another thread, its probes are started there.
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Tool-name sets whose detector matcher was built (at most as many
-        #: as the detector caches): those skip the thread.
-        self._matchers_built: set[tuple[str, ...]] = set()
         #: What the last check of each backend found, by ``UpstreamConfig.identity``
         #: (a reload keeps it for the rows it keeps).
         self.checks: dict[tuple[str, str | None, str], RowCheck] = {}
@@ -133,8 +130,14 @@ class Proxy:
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
         hup: int | None = None
         self._loop = asyncio.get_running_loop()
+        # No cookie jar: the session is every client's, and a cookie one
+        # upstream set in reply to one client must not go out with the next
+        # (``upstream.pool``'s module doc, *Cookies*).
         self._client = aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",)
+            connector=connector,
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         try:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -142,6 +145,7 @@ class Proxy:
             if self.cfg.probe_interval > 0:
                 self._probe_task = asyncio.create_task(self._probe_loop())
             hup = self._listen_for_reload()
+            matcher_for({})  # the registry's markers, compiled once (~40 ms)
             yield
         finally:
             if hup is not None:
@@ -266,19 +270,19 @@ class Proxy:
     # -- what the endpoints share -----------------------------------------
 
     async def build_matcher(self, tools: Mapping[str, ToolSpec]) -> None:
-        """The detector's matcher for a new set of tool names costs CPU (see
-        ``caller.validate.MAX_TOOLS``): built in a thread, other streams keep going."""
-        key = tuple(sorted(tools))
-        if key not in self._matchers_built:
-            await asyncio.to_thread(matcher_for, tools)
-            if len(self._matchers_built) >= MATCHER_CACHE:
-                self._matchers_built.clear()
-            self._matchers_built.add(key)
+        """The detector's matcher for the request's tool names, built (once
+        per set, then cached) on the loop: a few milliseconds at most for
+        the largest set ``caller.validate`` lets through (``detect``'s
+        module doc), less than a thread would cost (a thread pool queued new
+        sets behind large ones)."""
+        matcher_for(tools)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """One of ``pool_limit`` upstream slots, waited for at most
-        ``pool_wait`` seconds: the connection pool never queues silently."""
+        ``pool_wait`` seconds: the connection pool never queues silently.
+        When none frees in time: a 503 ``server_error`` with ``Retry-After``
+        (``caller.guards.errors_mw`` keeps the header)."""
         slots = self._slots
         if not slots.locked():
             # Free: taken at once. (``wait_for`` would wrap the wait in a

@@ -7,7 +7,9 @@ output limit (asked with twice the allowance, clamped to the window);
 ``--required soft`` with ``tool_choice: "required"`` or a named tool and
 no call (asked with an instruction naming the tools); the upstream said
 ``context_length_exceeded`` (the window is learned from the message, the
-prompt fitted).
+prompt fitted). Only the upstream teaches a window: its HTTP error, or an
+error event in its stream (``stream_error``), never what a model wrote,
+and the window learned is the asked model's on that row alone.
 
 *A named tool* (``tool_choice: {"type": "function", "function": {"name":
 X}}``) under ``--required soft`` gives the model less to decide: only X is
@@ -24,7 +26,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
+
 from ..context import Report, tools_of
+from ..errors import UpstreamProtocolError
+from ..sse import SSEDecoder
 from ..wire import Door
 from .metrics import Metrics
 from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt
@@ -183,32 +189,54 @@ class AskAgain:
         elif reason == "required":
             att.body = with_required_instruction(att.body)
 
-    def context_exceeded(self, up: Upstream, att: Attempt, raw: bytes) -> bool:
-        """An upstream 400 ``context_length_exceeded`` (or that error as an
-        event in a 200 stream): learn the window and say whether to ask
-        again (once)."""
-        if b"context_length_exceeded" not in raw or "context" in att.done:
+    def context_exceeded(self, up: Upstream, att: Attempt, error: bytes) -> bool:
+        """An upstream's ``context_length_exceeded`` error (``error``: the
+        body of its HTTP 400, or an error event of its stream, never a
+        reply's text: ``stream_error``): learn the window for the model
+        asked (``Upstream.learn_window``) and say whether to ask again
+        (once)."""
+        if b"context_length_exceeded" not in error or "context" in att.done:
             return False
-        error: bytes = raw
-        if window_from_error(raw) is None:  # an error event inside a 200 stream
-            for line in raw.split(b"\n"):
-                if line.startswith(b"data:") and b"context_length_exceeded" in line:
-                    error = line[5:].strip()
-                    break
         window = window_from_error(error)
         if window is None or att.reasks >= self.max_reasks:
             return False
-        up.learn_window(window)
+        model = up.served(att.body.get("model"))
+        up.learn_window(model, window)
         prompt = prompt_tokens_from_error(error)
         estimate = estimate_prompt_tokens(att.body)
         if prompt and estimate:
-            up.token_scale = prompt / estimate
+            up.learn(model).token_scale = prompt / estimate
         # The prompt itself may be what does not fit: clamping the reply
         # alone cannot help then (llama.cpp lowers max_tokens by itself).
-        att.body, trim = fit_prompt(att.body, window, self.policy, scale=up.token_scale)
+        scale = up.token_scale(model)
+        att.body, trim = fit_prompt(att.body, window, self.policy, scale=scale)
         if trim is not None:
             count_trim(self.metrics, up, trim)
         att.reasks += 1
         att.done.add("context")
         self.metrics.reasks.labels("context").inc()
         return True
+
+
+def stream_error(held: bytes) -> bytes | None:
+    """The first error event in a stream's held bytes (an SSE event whose
+    data is a JSON object with ``error`` and no ``choices``: what
+    llama.cpp sends on an overflow in a 200 stream), or None. The text a
+    model wrote is in ``choices`` and is never read as an error: what a
+    model says must not set anyone's budget."""
+    decoder = SSEDecoder()
+    try:
+        events = [*decoder.feed(held), *decoder.close()]
+    except UpstreamProtocolError:
+        return None
+    for event in events:
+        data = event.data
+        if not data or not data.lstrip().startswith(b"{") or b'"error"' not in data:
+            continue
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "error" in obj and "choices" not in obj:
+            return data
+    return None

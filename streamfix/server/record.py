@@ -26,7 +26,9 @@ own count (up to N times the bounds in all).
 password or query; every byte written is scrubbed of the configured keys
 (inbound and upstream, URL passwords), of the request's own credential
 headers (an upstream error body may echo the key it was sent), and of
-anything shaped like a key (``sk-…``, ``Bearer …``, ``api_key=…``).
+anything shaped like a key (``sk-…``, ``Bearer …``, ``api_key=…``). A
+reply's reads are scrubbed joined (``scrub_reads``): a key echoed across
+two reads is found whole, and each read keeps its place.
 ``record_redact = "messages"`` also replaces the text of every message by
 its length (the chain never reads it: replay is unchanged).
 
@@ -43,6 +45,18 @@ The file (``FORMAT``, one JSON object, indented)::
 
 Several attempts: the proxy asked again (the earlier replies were
 discarded). A read is stored as text when it is valid UTF-8, else base64.
+
+*Every route that can need a repair is recorded* (``app.create_app``):
+chat, the front doors, text completions, and embeddings (which are
+relayed, so only their upstream failures qualify). A front door's
+recording keeps the chat side: besides the client's own request (in the
+door's API), ``"door": {"endpoint": "messages" | "responses",
+"chat_body": the chat request it was translated to}``, and its
+``response`` is what the chain produced before the door's encoder (chat
+chunks, or the repaired chat completion), so that ``streamfix replay``
+compares like with like; the bytes in the door's shape are not kept.
+A text completion (``/v1/completions``) is recorded as the chat route is;
+replay knows it by its path. Recordings of the chat route are unchanged.
 """
 
 from __future__ import annotations
@@ -127,6 +141,14 @@ def _keep_prefix(m: re.Match[bytes]) -> bytes:
     return (m.group(1) or m.group(2) or m.group(3)) + REDACTED
 
 
+def scrub_key_shapes(data: bytes) -> bytes:
+    """``data`` without anything shaped like a key (``_CREDENTIAL``); also
+    used on an upstream's error text the proxy quotes to a client."""
+    if any(t in data.lower() for t in _CREDENTIAL_TRIGGERS):
+        data = _CREDENTIAL.sub(_keep_prefix, data)
+    return data
+
+
 #: The shortest configured secret scrubbed as a string (a 1-3 character
 #: "key" would garble every recording; the proxy's own rule too).
 MIN_SECRET = 4
@@ -165,7 +187,10 @@ class Take:
     __slots__ = (
         "attempts",
         "body",
+        "chat_body",
+        "chat_reply",
         "client",
+        "door",
         "errors",
         "headers",
         "incomplete",
@@ -203,6 +228,13 @@ class Take:
         self.size = 0
         self.incomplete = False
         self.status = 0
+        #: A front door's name and the chat body it made (None: the chat
+        #: route, or an API that is not translated).
+        self.door: str | None = None
+        self.chat_body: Any = None
+        #: A door's whole reply as the chain left it (before the door's own
+        #: shape): what is written as the response.
+        self.chat_reply: bytes | None = None
 
     def begin(self, attempt: RecordedAttempt) -> None:
         self.attempts.append(attempt)
@@ -294,6 +326,21 @@ def report(rep: Report) -> None:
         take.attempts[-1].report = rep
 
 
+def door(endpoint: str, chat_body: Any) -> None:
+    """The request came through a front door, translated to ``chat_body``."""
+    take = _CURRENT.get()
+    if take is not None:
+        take.door = endpoint
+        take.chat_body = chat_body
+
+
+def chat_reply(data: bytes) -> None:
+    """A front door's whole reply, as the chain left it (chat completion)."""
+    take = _CURRENT.get()
+    if take is not None and take.door is not None:
+        take.chat_reply = data
+
+
 def upstream_error(upstream: str, kind: str) -> None:
     take = _CURRENT.get()
     if take is not None:
@@ -322,6 +369,50 @@ class _Reads:
 
 
 # -- what is written ----------------------------------------------------------
+
+
+def scrub_reads(reads: list[bytes], secrets: Iterable[bytes]) -> list[bytes]:
+    """``reads`` with every secret and everything shaped like a key
+    (``_CREDENTIAL``) replaced, found in the joined bytes so that a key
+    split between two reads is found whole. The marker goes into the read
+    where the secret began; the reads keep their number and, outside the
+    secrets, their bytes (replay feeds them as they came)."""
+    joined = b"".join(reads)
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        at = joined.find(secret)
+        while at != -1:
+            spans.append((at, at + len(secret)))
+            at = joined.find(secret, at + len(secret))
+    if any(t in joined.lower() for t in _CREDENTIAL_TRIGGERS):
+        for m in _CREDENTIAL.finditer(joined):
+            prefix = m.group(1) or m.group(2) or m.group(3)
+            spans.append((m.start() + len(prefix), m.end()))
+    if not spans:
+        return reads
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    out: list[bytes] = []
+    a = 0
+    for data in reads:
+        b = a + len(data)
+        piece = bytearray()
+        cur = a
+        for start, end in merged:
+            if end <= a or start >= b:
+                continue
+            if start >= a:  # the secret begins in this read: the marker goes here
+                piece += joined[cur:start] + REDACTED
+            cur = max(cur, min(end, b))
+        piece += joined[cur:b]
+        out.append(bytes(piece))
+        a = b
+    return out
 
 
 def encode_bytes(data: bytes) -> dict[str, str]:
@@ -378,6 +469,30 @@ def _redact_call(call: Any) -> Any:
     if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
         return call
     return {**call, "function": {**fn, "arguments": _hidden(fn["arguments"])}}
+
+
+#: A front door's request: the fields that hold what was said (every string
+#: under them hidden, but for the keys that only name or type things).
+_DOOR_TEXT_FIELDS = frozenset({"messages", "input", "system", "instructions"})
+_DOOR_KEPT_KEYS = frozenset({"type", "role", "name", "id", "call_id", "tool_use_id", "status"})
+
+
+def redact_door_body(body: Any) -> Any:
+    """A front door's request (Messages, Responses) with what was said
+    replaced by its length, as ``redact_messages`` does for chat."""
+    if not isinstance(body, dict):
+        return body
+    return {k: _hide_strings(v) if k in _DOOR_TEXT_FIELDS else v for k, v in body.items()}
+
+
+def _hide_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return _hidden(value)
+    if isinstance(value, list):
+        return [_hide_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {k: v if k in _DOOR_KEPT_KEYS else _hide_strings(v) for k, v in value.items()}
+    return value
 
 
 def report_dict(rep: Report | None) -> dict[str, Any] | None:
@@ -493,7 +608,9 @@ class Recorder:
         if not reasons or (self.sample < 1.0 and self.rng.random() >= self.sample):
             return
         take.status = resp.status if resp is not None else 499  # cancelled: the client left
-        if isinstance(resp, web.Response) and isinstance(resp.body, bytes):
+        if take.chat_reply is not None and take.status == 200:
+            take.client = [take.chat_reply]
+        elif isinstance(resp, web.Response) and isinstance(resp.body, bytes):
             take.client = [resp.body]
         take.body = body
         size = take.size + len(body)
@@ -642,9 +759,7 @@ class Recorder:
         def scrub(data: bytes) -> bytes:
             for secret in secrets:
                 data = data.replace(secret, REDACTED)
-            if any(t in data.lower() for t in _CREDENTIAL_TRIGGERS):
-                data = _CREDENTIAL.sub(_keep_prefix, data)
-            return data
+            return scrub_key_shapes(data)
 
         def enc(data: bytes) -> dict[str, str]:
             # Text is scrubbed with the whole document below; base64 hides
@@ -657,14 +772,21 @@ class Recorder:
         except orjson.JSONDecodeError:
             body = take.body.decode("utf-8", "replace")
         if self.redact:
-            body = redact_messages(body)
+            body = redact_messages(body) if take.door is None else redact_door_body(body)
+        # What was sent upstream is written as its difference from the chat
+        # request: the client's, or the one a front door made of it.
+        chat_body = body
+        if take.door is not None:
+            chat_body = redact_messages(take.chat_body) if self.redact else take.chat_body
         attempts = []
         for att in take.attempts:
             sent = att.sent or {}
             if self.redact:
                 sent = redact_messages(sent)
             changed = {
-                k: v for k, v in sent.items() if not isinstance(body, dict) or body.get(k) != v
+                k: v
+                for k, v in sent.items()
+                if not isinstance(chat_body, dict) or chat_body.get(k) != v
             }
             attempts.append(
                 {
@@ -673,12 +795,17 @@ class Recorder:
                     "content_type": att.content_type,
                     "options": att.options,
                     "sent": changed,
-                    "reads": [{"t": round(t, 6), **enc(data)} for t, data in att.reads],
+                    "reads": [
+                        {"t": round(t, 6), **enc(data)}
+                        for (t, _), data in zip(
+                            att.reads, scrub_reads([d for _, d in att.reads], secrets), strict=True
+                        )
+                    ],
                     "report": report_dict(att.report),
                 }
             )
-        stream = isinstance(body, dict) and body.get("stream") is True
-        doc = {
+        stream = isinstance(chat_body, dict) and chat_body.get("stream") is True
+        doc: dict[str, Any] = {
             "format": FORMAT,
             "recorded_at": datetime.fromtimestamp(take.wall, UTC).isoformat(),
             "streamfix": __version__,
@@ -694,6 +821,8 @@ class Recorder:
             "response": {"status": take.status, "stream": stream, **enc(b"".join(take.client))},
             "incomplete": take.incomplete,
         }
+        if take.door is not None:
+            doc["door"] = {"endpoint": take.door, "chat_body": chat_body}
         return scrub(orjson.dumps(doc, option=orjson.OPT_INDENT_2)) + b"\n"
 
 

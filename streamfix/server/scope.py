@@ -9,14 +9,24 @@ rows that may serve it. It is what is passed down instead of the
 reads one object and no layer looks things up on the request again.
 
 ``Scope.answer`` is where every endpoint's reply is finished: the
-``--request-timeout`` bound, a failure to reach any upstream or to read a
+``--request-timeout`` bound (from the request's arrival, so the time its
+body took counts), a failure to reach any upstream or to read a
 reply turned into its error (a response before the stream began, an error
 event after it), a client that went away, and the status counted once.
+
+*Who hears what.* Errors name an upstream as ``Scope.shown`` says: a
+tenant's request hears the row's public name (or ``upstream N``, its place
+in the table, for a catch-all row), never a host, port or path of the
+operator's network; the operator's own keys (and every caller when no key
+is configured, who can read ``/healthz`` anyway) hear its URL, without
+credentials. Upstream keys are redacted from everything a caller gets
+(``Scope.redact``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,14 +34,17 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from ..errors import RequestError
+from ..errors import RequestError, TransformError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
 from .caller.stream import ClientGone, ClientStream, ModelName
+from .caller.validate import arrived
 from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
 from .upstream.table import NO_TENANT, TABLE, TENANT, Table
+
+log = logging.getLogger("streamfix.proxy")
 
 
 class Answered(Exception):
@@ -59,6 +72,9 @@ class Scope:
     model: str = NO_TENANT
     #: The rows that may serve the request, once routed.
     rows: list[Upstream] = field(default_factory=list)
+    #: When the request arrived (the loop's clock): ``--request-timeout``
+    #: counts from there, the body's reading included.
+    arrived: float | None = None
     #: The model as the client named it: replies say this name
     #: (``caller.stream.ModelName``). None when it named none.
     asked: str | None = None
@@ -74,6 +90,7 @@ class Scope:
             request.headers,
             endpoint,
             stream,
+            arrived=arrived(request),
         )
 
     @property
@@ -84,6 +101,10 @@ class Scope:
     def redact(self) -> Callable[[bytes], bytes] | None:
         """Upstream keys out of what reaches the caller (None: no keys)."""
         return self.table.redact if self.table.secrets else None
+
+    def shown(self, up: Upstream) -> str:
+        """What errors call ``up`` for this caller (module doc)."""
+        return up.name if self.tenant is None else up.label
 
     def count(self, status: int) -> None:
         self.proxy.count(self.endpoint, self.stream, status, self.tenant_label, self.model)
@@ -131,7 +152,12 @@ class Scope:
         event. A streamed client that went away counts as 499 (nginx's
         "client closed request")."""
         limit = self.proxy.cfg.request_timeout
-        deadline = asyncio.timeout(limit if limit > 0 else None)
+        if limit <= 0:
+            deadline = asyncio.timeout(None)
+        elif self.arrived is None:
+            deadline = asyncio.timeout(limit)
+        else:
+            deadline = asyncio.timeout_at(self.arrived + limit)
         # A whole reply is counted once answered; a stream however it ends.
         status: int | None = 200 if client is not None else None
         try:
@@ -149,8 +175,18 @@ class Scope:
                     quiet=True,
                 )
             except UpstreamFailure as f:
+                told = f.told(self.shown)
                 out = await _error(
-                    client, failure_response(f), error_event(f.message, "upstream_error", f.kind)
+                    client,
+                    failure_response(f, told, self.redact),
+                    error_event(told, "upstream_error", f.kind),
+                )
+            except TransformError as exc:  # a user step (--transform) raised
+                log.error("%s", exc, exc_info=exc)
+                out = await _error(
+                    client,
+                    json_error(500, str(exc), "transform_error", "transform_error"),
+                    error_event(str(exc), "transform_error", "transform_error"),
                 )
             except Answered as a:
                 out = a.response

@@ -16,6 +16,23 @@ starts N processes that listen on the same port with ``SO_REUSEPORT``
 keeps no state between requests, so replicas behind any load balancer
 work too (turn response buffering off there: nginx
 ``proxy_buffering off``; streamfix also sends ``X-Accel-Buffering: no``).
+
+*Signals from the first instant.* ``main`` blocks SIGHUP, SIGTERM and
+SIGINT before anything else (``hold_signals``; ``import streamfix`` loads
+nothing, so that is a few tens of milliseconds after the interpreter
+starts), and each process unblocks them once it has handlers for them: a
+signal that arrives meanwhile waits, it never kills a process half
+started. With ``--workers``, the workers are started with the signals
+blocked (a blocked mask survives ``exec``), so they are covered from their
+first instruction too. What a waiting signal does once unblocked:
+
+- SIGTERM, SIGINT: unblocked as soon as aiohttp's handlers are in
+  (``web.run_app``, before the app's start-up), then the process stops
+  cleanly (exit 0); the parent of workers stops them all.
+- SIGHUP: unblocked once the proxy listens for it (after the start-up
+  probes, ``Proxy.lifecycle``), so a reload asked for during start-up is
+  applied once, when ready. With ``--workers`` the parent passes it on; a
+  worker still starting holds it the same way.
 """
 
 from __future__ import annotations
@@ -65,6 +82,7 @@ def _add_serve(sub: Any) -> None:
         help="require 'Authorization: Bearer KEY' from clients; repeat for several "
         "(then the client's header is not forwarded upstream)",
     )
+    add_plugin_flags(p)
     for s in SETTINGS:
         kwargs: dict[str, Any] = {"dest": s.name, "help": s.help, "default": None, "type": s.type}
         if s.type is bool:  # a switch: given means on
@@ -74,6 +92,37 @@ def _add_serve(sub: Any) -> None:
         elif s.metavar:
             kwargs["metavar"] = s.metavar
         p.add_argument(s.flag, **kwargs)
+
+
+def add_plugin_flags(p: Any) -> None:
+    """``--transform`` and ``--format`` (serve, replay, probe)."""
+    p.add_argument(
+        "--transform",
+        dest="transforms",
+        action="append",
+        metavar="MODULE:FACTORY",
+        help="run this step on every reply, after the built-in repairs (a Transform class "
+        "or a factory of one, called with the request's Context); repeatable",
+    )
+    p.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        metavar="MODULE:NAME",
+        help="register this call shape (a module with FORMATS, or a Format); repeatable. "
+        "Installed streamfix.formats entry points need no flag",
+    )
+
+
+def load_plugins(formats: Sequence[str] | None) -> None:
+    """The installed format plugins and ``--format``'s, registered once per
+    process (a refusal raises ``PluginError``)."""
+    from ..formats.registry import load_entry_points
+    from ..plugins import register_spec
+
+    load_entry_points(strict=True)
+    for spec in formats or ():
+        register_spec(spec)
 
 
 def _add_demo(sub: Any) -> None:
@@ -128,28 +177,72 @@ def config_source(
     )
 
 
+#: The signals held from the start of ``main`` until a handler is in.
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT") if hasattr(signal, n))
+_HUP = getattr(signal, "SIGHUP", None)
+HELD_SIGNALS = (*_STOP_SIGNALS, *((_HUP,) if _HUP is not None else ()))
+
+
+def hold_signals() -> None:
+    """Block ``HELD_SIGNALS`` in this thread (and in what it starts): each
+    waits, undelivered, until ``release_signals``."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+
+
+def release_signals(*signals: int) -> None:
+    """Unblock ``signals``: one that arrived meanwhile is delivered now."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals or HELD_SIGNALS)
+
+
+async def _stoppable(app: Any) -> None:
+    """First of the app's start-up: ``web.run_app`` has its SIGTERM and
+    SIGINT handlers in (a graceful stop), so those may come now."""
+    release_signals(*_STOP_SIGNALS)
+
+
+async def _reloadable(app: Any) -> None:
+    """Last of the app's start-up: the proxy listens for SIGHUP (where it
+    cannot, SIGHUP is ignored from now on), so it may come now; one that
+    came meanwhile is a reload, now."""
+    if _HUP is not None:
+        if signal.getsignal(_HUP) in (signal.SIG_DFL, None):
+            signal.signal(_HUP, signal.SIG_IGN)
+        release_signals(_HUP)
+
+
+async def _stopping(app: Any) -> None:
+    """First of the app's shutdown: the proxy stops listening for SIGHUP
+    (asyncio then puts SIGHUP's default back, the end of the process), so
+    SIGHUP is held again, for good."""
+    if _HUP is not None and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, (_HUP,))
+
+
 def _run(
     cfg: ServerConfig, reuse_port: bool, source: Callable[[], ServerConfig] | None = None
 ) -> None:
     from aiohttp import web
 
-    from ..server.app import create_app
+    from ..server.app import create_app, run_options
 
     logging.basicConfig(
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if source is not None and hasattr(signal, "SIGHUP"):
-        # until the app listens for it (Proxy.lifecycle), a reload must not
-        # end the process, SIGHUP's default
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    load_plugins(cfg.formats)  # again in a worker process: its own registry
+    app = create_app(cfg, source)
+    app.on_startup.insert(0, _stoppable)
+    app.on_startup.append(_reloadable)
+    app.on_shutdown.append(_stopping)
     web.run_app(
-        create_app(cfg, source),
+        app,
         host=cfg.host,
         port=cfg.port,
-        handler_cancellation=True,
         reuse_port=reuse_port or None,
         print=None,
         access_log=logging.getLogger("streamfix.access"),
+        **run_options(cfg),
     )
 
 
@@ -179,27 +272,42 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
     procs = [
         ctx.Process(target=_worker, args=(cfg, source), daemon=False) for _ in range(cfg.workers)
     ]
-    for p in procs:
-        p.start()
+    stopping = False
 
     def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
         for p in procs:
             if p.is_alive() and p.pid is not None:
                 os.kill(p.pid, signal.SIGINT)
 
     def reload(signum: int, frame: object) -> None:
+        # a worker not started yet reads the configuration as it starts
         for p in procs:
             if p.is_alive() and p.pid is not None:
                 os.kill(p.pid, signal.SIGHUP)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, reload)
-    try:
-        for p in procs:
-            p.join()
-    except KeyboardInterrupt:
-        stop(signal.SIGINT, None)
-        for p in procs:
+    # The handlers first: starting multiprocessing's resource tracker
+    # unblocks SIGTERM and SIGINT behind our back (a stop that came
+    # meanwhile is taken now). The workers must inherit the signals
+    # blocked: the tracker is started, the signals blocked again, and only
+    # then the workers started.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, stop)
+    if _HUP is not None:
+        signal.signal(_HUP, reload)
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    hold_signals()
+    for p in procs:
+        if not stopping:
+            p.start()
+    release_signals()  # a signal held until now is handled here
+    if stopping:
+        stop(signal.SIGTERM, None)  # the workers hold it until they are ready
+    for p in procs:
+        if p.pid is not None:
             p.join()
     return max((p.exitcode or 0) for p in procs)
 
@@ -278,8 +386,22 @@ def _record_problem(directory: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hold_signals()  # before anything else: see the module doc
+    try:
+        return _main(argv)
+    finally:
+        pending = signal.sigpending() if hasattr(signal, "sigpending") else set()
+        if _HUP is not None and _HUP in pending and signal.getsignal(_HUP) == signal.SIG_DFL:
+            # a reload asked for as the proxy stopped: nothing to reload
+            signal.signal(_HUP, signal.SIG_IGN)
+        release_signals()  # ``serve`` released them earlier; other commands now
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "serve":
+        release_signals()  # only ``serve`` holds them until its handlers are in
     if args.command is None:
         parser.print_help()
         return 0
@@ -306,9 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_model(args)
     serve_parser = _subparser(parser, "serve")
     source = config_source(args)
+    from ..errors import PluginError
+
     try:
         cfg = source()
-    except ConfigError as exc:
+        load_plugins(cfg.formats)
+    except (ConfigError, PluginError) as exc:
         serve_parser.error(str(exc))
     if not cfg.upstreams:
         serve_parser.error(

@@ -13,12 +13,26 @@ An attempt the proxy discarded (it asked again) is replayed too: if today's
 chain would not ask again (the reply is no longer empty, the call no longer
 cut off), that is a difference.
 
+A front door's recording (``/v1/messages``, ``/v1/responses``) is
+replayed on its chat side: the chat body the door made, the reads through
+today's chain, compared with the chat chunks (or completion) the chain
+produced then, before the door's encoder (``server/record.py``). A text
+completion's (``/v1/completions``) goes through ``CompletionSession``, the
+only repair it gets, and is compared by the text a client assembles. An
+embeddings recording (an upstream failure) has nothing to replay.
+
 Not compared (``incomplete``): a recording cut at its size bound, and a
 reply the client left before its end (what the client got then depended
 on when it left). A request no upstream answered has nothing to replay.
 
 ``--check`` exits 1 on any difference (or a file that cannot be read), so
 recordings are regression tests: ``tests/recordings`` is replayed in CI.
+
+Plugins: installed ``streamfix.formats`` entry points are registered as in
+``streamfix serve``; ``--format module:NAME`` registers one more, and
+``--transform module:factory`` runs a step after those the recording was
+made with (kept by name in its options); a recording made through a
+plugin then replays the same only with it.
 """
 
 from __future__ import annotations
@@ -33,11 +47,14 @@ from typing import Any, TextIO
 import orjson
 
 from ..chain import Chain
-from ..context import Context, Options
-from ..errors import UpstreamProtocolError
+from ..context import Context, Options, Report
+from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
+from ..plugins import factories
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
+from ..sse import DONE, SSEDecoder
+from ..text_session import CompletionSession
 from .seen import Seen, assemble, describe
 
 #: The repairs ``--without`` can switch off (``Options``' switches).
@@ -46,6 +63,10 @@ REPAIRS = ("lift", "strip", "split_reasoning", "repetition")
 #: What the proxy says when a stream ends without ``[DONE]`` and the
 #: client's recorded bytes do not say it (``server/chat.py``'s own words).
 _NO_DONE = "upstream ended the stream before [DONE]"
+
+#: The paths whose recordings are replayed otherwise than chat's.
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
 
 
 @dataclass
@@ -101,13 +122,55 @@ def seen_of_completion(obj: Any) -> Seen:
     return seen
 
 
-def client_view(response: dict[str, Any]) -> Seen:
-    """What the client assembled then, from the recorded bytes."""
+def _text_choices(seen: Seen, choices: Any) -> None:
+    for ch in choices or ():
+        if not isinstance(ch, dict):
+            continue
+        seen.content += ch.get("text") or ""
+        if ch.get("finish_reason"):
+            seen.finish = ch["finish_reason"]
+        if isinstance(ch.get("streamfix"), dict):
+            seen.ext = ch["streamfix"]
+
+
+def assemble_text(data: bytes) -> Seen:
+    """A streamed text completion as a client joins it: each choice's text."""
+    seen = Seen()
+    dec = SSEDecoder()
+    for ev in dec.feed(data) + dec.close():
+        if ev.data is None:
+            continue
+        if ev.data == DONE:
+            seen.done = True
+            continue
+        obj = loads_lenient(ev.data)
+        seen.chunks += 1
+        if isinstance(obj, dict) and "error" in obj:
+            err = obj["error"]
+            seen.errors.append(str(err.get("message") if isinstance(err, dict) else err))
+            continue
+        _text_choices(seen, obj.get("choices") if isinstance(obj, dict) else None)
+    return seen
+
+
+def seen_of_text_completion(obj: Any) -> Seen:
+    """A whole text completion (or an error object) as a view."""
+    if not isinstance(obj, dict) or "error" in obj:
+        return seen_of_completion(obj)
+    seen = Seen()
+    _text_choices(seen, obj.get("choices"))
+    return seen
+
+
+def client_view(response: dict[str, Any], text: bool = False) -> Seen:
+    """What the client assembled then, from the recorded bytes (``text``: a
+    text completion's)."""
     data = decode_bytes(response)
     if response.get("stream") and response.get("status") == 200:
-        return assemble(data)
+        return assemble_text(data) if text else assemble(data)
     try:
-        return seen_of_completion(loads_lenient(data))
+        obj = loads_lenient(data)
+        return seen_of_text_completion(obj) if text else seen_of_completion(obj)
     except orjson.JSONDecodeError:
         seen = Seen()
         seen.errors.append(data[:200].decode("utf-8", "replace"))
@@ -119,12 +182,19 @@ def _last_error(then: Seen) -> str:
 
 
 def replay_stream(
-    body: dict[str, Any], options: dict[str, Any], reads: Iterable[bytes], error: str, ended: bool
-) -> tuple[bytes, SSESession]:
+    body: dict[str, Any],
+    options: dict[str, Any],
+    reads: Iterable[bytes],
+    error: str,
+    ended: bool,
+    text: bool = False,
+) -> tuple[bytes, SSESession | CompletionSession]:
     """The bytes a client gets today for these reads, ended as the proxy
-    ends a stream (``server/chat.py``'s ``_pump``): ``[DONE]`` passed on; without one,
-    an error event with ``error``; ``ended`` False (the client left): no end."""
-    session = SSESession(body, **options)
+    ends a stream (``server/exchange.py``'s ``pump``): ``[DONE]`` passed on; without one,
+    an error event with ``error``; ``ended`` False (the client left): no end.
+    ``text``: a text completion's stream (``CompletionSession``)."""
+    session: SSESession | CompletionSession
+    session = CompletionSession(body, **options) if text else SSESession(body, **options)
     out: list[bytes] = []
     try:
         for data in reads:
@@ -155,7 +225,26 @@ def replay_completion(
         obj = None
     if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
         return {"error": {"message": error}}, ctx
-    return Chain(ctx).complete(obj), ctx
+    try:
+        return Chain(ctx).complete(obj), ctx
+    except TransformError as exc:  # the proxy answers a 500 with this message
+        return {"error": {"message": str(exc)}}, ctx
+
+
+def replay_text_completion(
+    body: dict[str, Any], options: dict[str, Any], raw: bytes, error: str
+) -> tuple[dict[str, Any], Report]:
+    """A whole text completion through today's loop cutter
+    (``CompletionSession.complete``), or ``{"error": …}`` as the proxy
+    answered a reply that is no completion; and the report."""
+    session = CompletionSession(body, **options)
+    try:
+        obj = loads_lenient(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
+        return {"error": {"message": error}}, session.report
+    return session.complete(obj), session.report
 
 
 def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
@@ -170,18 +259,30 @@ def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
     )
 
 
-def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcome:
+def replay_document(
+    doc: dict[str, Any], path: Path, extra_steps: tuple[str, ...] = (), **switches: bool
+) -> Outcome:
     """Replay one recording; ``switches`` (``lift=False``…) override the
-    chain options it was recorded with."""
+    chain options it was recorded with; ``extra_steps`` (``module:factory``)
+    run after the steps it was recorded with."""
     if doc.get("format") != FORMAT:
         return Outcome(path, "unreadable", notes=[f"not a {FORMAT} file"])
     reasons = list(doc.get("reasons") or ())
     request = doc["request"]
     body = request["body"] if isinstance(request.get("body"), dict) else {}
+    door = doc.get("door")
+    if isinstance(door, dict):  # a front door's: its chat side (``server/record.py``)
+        body = door["chat_body"] if isinstance(door.get("chat_body"), dict) else {}
+    text = request.get("path") == COMPLETIONS
     response = doc["response"]
-    then = client_view(response)
+    then = client_view(response, text)
     attempts = doc.get("attempts") or []
     result = Outcome(path, "same", reasons, then)
+    if request.get("path") == EMBEDDINGS:
+        result.verdict = "skipped"
+        result.notes.append("an embeddings request: relayed, nothing to repair")
+        result.now = then
+        return result
     if not attempts or attempts[-1].get("status") != 200:
         status = attempts[-1].get("status") if attempts else None
         errors = ", ".join(kind for _, kind in doc.get("upstream_errors") or ())
@@ -195,6 +296,9 @@ def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcom
         return result
     for i, att in enumerate(attempts):
         options = {**att.get("options", {}), **switches}
+        steps = (*options.get("transforms", ()), *extra_steps)
+        if steps:
+            options["transforms"] = factories(tuple(steps))
         reads = [decode_bytes(r) for r in att.get("reads") or ()]
         last = i == len(attempts) - 1
         # The proxy's paths: a stream; a whole completion for a stream (sent on
@@ -203,8 +307,15 @@ def replay_document(doc: dict[str, Any], path: Path, **switches: bool) -> Outcom
         stream = body.get("stream") is True
         if stream and att.get("content_type") != "application/json":
             ended = not last or response.get("status") != 499
-            data, session = replay_stream(body, options, reads, _last_error(then), ended)
-            now, report = assemble(data), session.report
+            data, session = replay_stream(body, options, reads, _last_error(then), ended, text)
+            now, report = (assemble_text(data) if text else assemble(data)), session.report
+        elif text:
+            fixed, report = replay_text_completion(
+                body, options, b"".join(reads), _last_error(then)
+            )
+            now = seen_of_text_completion(fixed)
+            if stream and "error" not in fixed:
+                now.done = True  # sent on as one event and [DONE]
         else:
             fixed, ctx = replay_completion(body, options, b"".join(reads), _last_error(then))
             report = ctx.report
@@ -246,11 +357,18 @@ def recordings(paths: Sequence[str | Path]) -> Iterator[Path]:
             yield p
 
 
-def replay_file(path: Path, **switches: bool) -> Outcome:
+def replay_file(path: Path, extra_steps: tuple[str, ...] = (), **switches: bool) -> Outcome:
     try:
         doc = orjson.loads(path.read_bytes())
-        return replay_document(doc, path, **switches)
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        return replay_document(doc, path, extra_steps, **switches)
+    except (
+        OSError,
+        orjson.JSONDecodeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        PluginError,
+    ) as exc:
         return Outcome(path, "unreadable", notes=[f"{type(exc).__name__}: {exc}"])
 
 
@@ -295,12 +413,24 @@ def add_parser(sub: Any) -> None:
         help=f"replay with this repair switched off ({', '.join(REPAIRS)}); repeatable",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="show what did not change too")
+    from .cli import add_plugin_flags
+
+    add_plugin_flags(p)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     switches = {name: False for name in args.without}
     assert set(switches) <= set(Options.__dataclass_fields__)
-    outcomes = [replay_file(p, **switches) for p in recordings(args.paths)]
+    from .cli import load_plugins
+
+    try:
+        load_plugins(args.formats)
+        steps = tuple(args.transforms or ())
+        factories(steps)
+    except PluginError as exc:
+        print(f"streamfix replay: {exc}", file=out)
+        return 2
+    outcomes = [replay_file(p, steps, **switches) for p in recordings(args.paths)]
     if not outcomes:
         print("no recordings found", file=out)
         return 2

@@ -3,11 +3,12 @@ structured ``tool_calls``, while the text streams.
 
 One pass over the text as it arrives (docs/design.md, "The detector"):
 
-- **Outside a call**, one compiled regex (a trie of every marker that
-  applies to this request: the registry's fixed markers, markers made from
-  the offered tool names, and while nothing but whitespace has been
-  released, the leading markers ``{``, ``[``, ``{{``…) finds the next
-  marker in the new text only. Text is released at once, except the
+- **Outside a call**, a search of the new text only finds the next
+  marker that applies to this request: the registry's fixed markers (one
+  regex compiled from their trie, ``_Trie``), markers made from the
+  offered tool names (``NAME(``, ``[NAME(``, ``functions.NAME(``:
+  ``_Names``, below), and while nothing but whitespace has been released,
+  the leading markers ``{``, ``[``, ``{{``…. Text is released at once, except the
   longest suffix that is a proper prefix of a marker, and the run of
   blanks just before it (at most ``MAX_GAP_WS`` characters: the layout
   between text and a call, dropped when a call follows). A chunk with
@@ -52,11 +53,27 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
 Cost per chunk is proportional to the chunk (plus the longest marker), never
 to the text so far: nothing released is searched again, the finders keep
 their own state, and the text of a region is joined once, when it ends.
+
+Cost per new set of tools (``Matcher``, built on a set's first request,
+then cached): the names' markers are never compiled into a regex.
+Compiling them (a trie per set, as before) cost 230 ms of CPU for 50 real
+tool names, 10 s for 512 names of 64 characters and 51 s for 256 (Python's
+``re`` parses a deep nest of groups slowly). Now the registry's markers are
+compiled once for every set (about 40 ms, at the first matcher), and a set
+costs a regex of one fixed shape (its pattern holds only the names' first
+characters), a frozenset and a sorted list of its markers: linear in the
+names' length, measured 0.6 ms for 50 tools, 3.1 ms for 512 x 64 and
+3.3 ms for 512 x 256 characters (``python -m bench.matcher``, medians);
+so the proxy's limits (``MAX_TOOLS``, ``MAX_TOOL_NAME_CHARS``) bound it to a
+few milliseconds, and it is built on the event loop. Names no API allows (a
+``(`` or NUL in them, or a blank first) are not looked for as ``NAME(``
+(``_name_marker``).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -64,6 +81,7 @@ from ..context import Context, ToolSpec
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
+from ..formats.registry import on_change
 from ..toolargs import coerce, dumps, to_object, validate
 from .codespans import CodeSpans
 
@@ -175,29 +193,14 @@ def _prefixes(words: Iterable[str]) -> frozenset[str]:
     return frozenset(w[:i] for w in words for i in range(1, len(w)))
 
 
-class Matcher:
-    """The compiled markers of one request (see module docstring)."""
+class _Trie:
+    """The registry's own markers, found by regexes made from their trie
+    (``_rx``): compiled once, shared by every request (``_fixed_markers``)."""
 
-    __slots__ = (
-        "groups",
-        "lead",
-        "lead_prefixes",
-        "lead_tail",
-        "line_start",
-        "maxlen",
-        "prefixes",
-        "quiet",
-        "run_scan",
-        "scan",
-        "tail",
-    )
+    __slots__ = ("lead", "lead_prefixes", "lead_tail", "prefixes", "run_scan", "scan", "tail")
 
-    def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
-        mk = markers_for(tools)
-        self.groups: Mapping[str, tuple[Format, ...]] = mk.groups
-        anywhere = mk.anywhere
-        every = tuple(dict.fromkeys((*mk.anywhere, *mk.leading)))
-        self.maxlen = max((len(m) for m in every), default=1)
+    def __init__(self, anywhere: tuple[str, ...], leading: tuple[str, ...]) -> None:
+        every = tuple(dict.fromkeys((*anywhere, *leading)))
         never = r"(?!x)x"
         # One search per piece finds the leftmost of: a whole marker
         # (group 1), or a marker's prefix running to the end of the text.
@@ -216,24 +219,192 @@ class Matcher:
         #: a word are left out here, in the regex (``_search`` does it after).
         self.run_scan = re.compile(_run_rx(_trie(anywhere)))
         #: A marker's prefix running from a given position to the end of the
-        #: text (group 1 never matches: a "hold" result for ``_search``).
-        self.tail = re.compile(r"(\b\B)?(?:" + part + r")\Z")
+        #: text.
+        self.tail = re.compile(r"(?:" + part + r")\Z")
         self.lead = re.compile(r"\s*(" + (_rx(_trie(every), False, True) or never) + ")")
         self.lead_tail = re.compile(r"\s*(?:" + (_rx(_trie(every), True, True) or never) + r")?\Z")
         self.prefixes = _prefixes(anywhere)
+        self.lead_prefixes = _prefixes(every)
+
+
+_BLANKS = re.compile(r"\s*")
+
+
+def _name_marker(marker: str) -> bool:
+    """Whether ``_Names`` looks for ``marker``: it ends with ``(``, has no
+    other ``(`` and no NUL, and starts with no blank. So do the ``NAME(``,
+    ``[NAME(`` and ``functions.NAME(`` of every name but absurd ones (no
+    API allows a ``(``, NUL or blank in a name); those are left out: such a
+    name's ``NAME(`` call stays text (its JSON and XML calls still count).
+    """
+    body = marker[:-1]
+    return marker[-1:] == "(" and body[:1].strip() != "" and "(" not in body and "\x00" not in body
+
+
+class _Names:
+    """The markers made from the offered tool names (``NAME(`` and its
+    kin), found without a regex made from them: one cost 20 ms of CPU per
+    64-character name to compile (a deep nest of groups), paid by the
+    first request of every new set of tools. Such a marker is a run
+    without a blank, ``(`` or NUL, then ``(``. So one small regex, the same
+    shape for every set, finds the places a marker (or a prefix of one
+    running to the end) could start: a character markers start with, not
+    glued to a word character before it, then such a run (at most as long
+    as the longest marker) that ends at ``(`` or at the end. There a set
+    lookup decides, or, for a prefix, ``bisect`` in the sorted markers.
+    Building is sorting the markers."""
+
+    __slots__ = ("markers", "maxlen", "rx", "sorted")
+
+    def __init__(self, markers: Iterable[str]) -> None:
+        self.markers = frozenset(markers)
+        self.sorted = sorted(self.markers)
+        self.maxlen = max(map(len, self.markers))
+        first = "".join(re.escape(c) for c in sorted({m[0] for m in self.markers}))
+        # A run stops at a blank too, unless a name has one (then the regex
+        # stops at more places that are not a marker, in prose).
+        blank = any(len(m[:-1].split(None, 1)) > 1 for m in self.markers)
+        run = "[^(\\x00]" if blank else "[^\\s(\\x00]"
+        # Group 1: the run ends at ``(`` (a whole marker); else at the end of
+        # the text, or before a NUL (the end of a text of a run).
+        self.rx = re.compile(
+            f"[{first}](?<!{_WORD_CLASS}{{2}}){run}{{0,{self.maxlen - 1}}}+(?:(\\()|\\Z|(?=\\x00))"
+        )
+
+    def is_prefix(self, x: str) -> bool:
+        """Whether ``x`` (not empty) starts one of the markers (or is one)."""
+        if len(x) > self.maxlen:
+            return False
+        ms = self.sorted
+        k = bisect_left(ms, x)
+        return k < len(ms) and ms[k].startswith(x)
+
+    def is_proper_prefix(self, x: str) -> bool:
+        """Whether a marker longer than ``x`` starts with it."""
+        if len(x) >= self.maxlen:
+            return False
+        ms = self.sorted
+        k = bisect_left(ms, x)
+        if k < len(ms) and ms[k] == x:
+            k += 1
+        return k < len(ms) and ms[k].startswith(x)
+
+    def whole_at(self, s: str, i: int) -> str | None:
+        """The marker that starts at ``s[i]``, if any (one at most: it ends
+        at the first ``(``)."""
+        j = s.find("(", i, i + self.maxlen)
+        if j <= i:
+            return None
+        w = s[i : j + 1]
+        return w if w in self.markers else None
+
+    def find(self, s: str, pos: int) -> tuple[int, str | None] | None:
+        """``Matcher.scan``'s answer for these markers: the leftmost place
+        from ``pos`` where one starts (and it), or where a prefix of one
+        runs to the end (and None). Places glued to a word character before
+        them are left out (``_search`` would pass them by); the text's first
+        place is not (that depends on the text before it)."""
+        mm = self.rx.search(s, pos)
+        return None if mm is None else self.verify(s, mm)
+
+    def verify(self, s: str, mm: re.Match[str] | None) -> tuple[int, str | None] | None:
+        """``find`` from the place ``rx`` found (``mm``) on."""
+        search = self.rx.search
+        markers = self.markers
+        end = len(s)
+        while mm is not None:
+            i = mm.start()
+            if mm.group(1) is not None:
+                w = mm.group()
+                if w in markers:
+                    return i, w
+            elif mm.end() == end and self.is_prefix(mm.group()):
+                return i, None
+            mm = search(s, i + 1)
+        return None
+
+    def run_hit(self, run: str) -> bool:
+        """Whether a text of a run (texts joined by ``RUN_SEP``) holds one of
+        the markers or ends with a prefix of one (``Matcher.run_scan``)."""
+        search = self.rx.search
+        mm = search(run)
+        while mm is not None:
+            w = mm.group()
+            if w in self.markers if mm.group(1) is not None else self.is_prefix(w):
+                return True
+            mm = search(run, mm.start() + 1)
+        return False
+
+
+class _RunScan:
+    """``Matcher.run_scan``: the regex of the ``_Trie``, then ``_Names``."""
+
+    __slots__ = ("names", "rx")
+
+    def __init__(self, rx: re.Pattern[str], names: _Names | None) -> None:
+        self.rx = rx
+        self.names = names
+
+    def search(self, run: str) -> object | None:
+        """Something (not None) when a text of the run holds a marker or
+        ends with a marker's prefix, not glued to a word before it."""
+        hit = self.rx.search(run)
+        if hit is None and self.names is not None and self.names.run_hit(run):
+            return True
+        return hit
+
+
+_fixed: tuple[_Trie, frozenset[str]] | None = None
+
+
+def _fixed_markers() -> tuple[_Trie, frozenset[str]]:
+    """The registry's own markers (no tool names) and their ``_Trie``,
+    built once (about 40 ms)."""
+    global _fixed
+    if _fixed is None:
+        mk = markers_for({})
+        _fixed = (_Trie(mk.anywhere, mk.leading), frozenset(mk.anywhere))
+    return _fixed
+
+
+class Matcher:
+    """The markers of one request (see module docstring): the registry's,
+    in a shared ``_Trie``; those from the offered tool names, in
+    ``_Names``. Building one costs a few microseconds per tool."""
+
+    __slots__ = ("groups", "line_start", "maxlen", "names", "quiet", "run_scan", "trie")
+
+    def __init__(self, tools: Mapping[str, ToolSpec]) -> None:
+        mk = markers_for(tools)
+        self.groups: Mapping[str, tuple[Format, ...]] = mk.groups
+        self.maxlen = max((len(m) for m in (*mk.anywhere, *mk.leading)), default=1)
+        trie, fixed = _fixed_markers()
+        named = [m for m in mk.anywhere if m not in fixed and _name_marker(m)]
+        self.trie = trie
+        self.names = _Names(named) if named else None
+        #: ``scan`` for a run of texts joined by ``RUN_SEP`` (no marker
+        #: holds it); ``search`` is not None when one may be in it.
+        self.run_scan = _RunScan(self.trie.run_scan, self.names)
         #: Markers that count only at the start of a line.
         self.line_start = frozenset(
             mk for mk, fs in self.groups.items() if all(f.line_start for f in fs)
         )
-        self.lead_prefixes = _prefixes(every)
         #: Texts ``scan`` finds nothing in (see ``QUIET_LEN``); shared by
         #: every stream with these tools, filled as they run.
         self.quiet: set[str] = set()
 
     def is_quiet(self, text: str) -> bool:
-        """Whether ``scan`` finds nothing in ``text`` (remembered for short
-        texts: ``QUIET_LEN``)."""
-        if self.scan.search(text) is not None:
+        """Whether no marker and no marker's prefix to the end is in
+        ``text`` (but glued to a word before it); remembered for short
+        texts (``QUIET_LEN``)."""
+        if self.trie.scan.search(text) is not None:
+            return False
+        names = self.names
+        if (
+            names is not None
+            and (mm := names.rx.search(text)) is not None
+            and names.verify(text, mm) is not None
+        ):
             return False
         if len(text) <= QUIET_LEN:
             if len(self.quiet) >= QUIET_MAX:
@@ -241,8 +412,80 @@ class Matcher:
             self.quiet.add(text)
         return True
 
+    def has_marker(self, s: str) -> bool:
+        """Whether a whole marker (the registry's or an offered name's)
+        stands anywhere in ``s``: the reasoning splitter's question about a
+        cut reply (did a call begin in it?)."""
+        if any(mm.group(1) for mm in self.trie.scan.finditer(s)):
+            return True
+        names = self.names
+        if names is None:
+            return False
+        hit = names.find(s, 0)
+        while hit is not None:
+            if hit[1] is not None:
+                return True
+            hit = names.find(s, hit[0] + 1)
+        return False
+
+    def at_tail(self, s: str, i: int) -> bool:
+        """Whether ``s[i:]`` (not empty) starts a marker (or is one)."""
+        if self.trie.tail.match(s, i) is not None:
+            return True
+        return self.names is not None and self.names.is_prefix(s[i:])
+
+    def is_prefix(self, x: str) -> bool:
+        """Whether a longer marker starts with ``x``."""
+        if x in self.trie.prefixes:
+            return True
+        return self.names is not None and self.names.is_proper_prefix(x)
+
+    def is_lead_prefix(self, x: str) -> bool:
+        """``is_prefix``, the markers of a reply's start included."""
+        if x in self.trie.lead_prefixes:
+            return True
+        return self.names is not None and self.names.is_proper_prefix(x)
+
+    def lead(self, s: str) -> tuple[int, str] | None:
+        """The longest marker (any, those of a reply's start included) after
+        the blanks that start ``s``: (where, which)."""
+        lm = self.trie.lead.match(s)
+        names = self.names
+        if names is not None:
+            blanks = _BLANKS.match(s)
+            k = 0 if blanks is None else blanks.end()
+            w = names.whole_at(s, k)
+            # The regex takes all the blanks first; a marker of the trie
+            # found after fewer of them (one that starts with a blank)
+            # counts only when none starts after all of them.
+            if w is not None and (lm is None or lm.start(1) < k or len(w) > lm.end(1) - k):
+                return k, w
+        return None if lm is None else (lm.start(1), lm.group(1))
+
+    def lead_tail(self, s: str) -> bool:
+        """Whether ``s`` is blanks, then nothing or a marker's prefix (any,
+        those of a reply's start included)."""
+        if self.trie.lead_tail.match(s) is not None:
+            return True
+        if self.names is None:
+            return False
+        blanks = _BLANKS.match(s)
+        k = 0 if blanks is None else blanks.end()
+        return k < len(s) and self.names.is_prefix(s[k:])
+
 
 _matchers: dict[tuple[str, ...], Matcher] = {}
+
+
+def _forget() -> None:
+    """A format was registered or taken back: the registry's markers and
+    every matcher are made anew."""
+    global _fixed
+    _fixed = None
+    _matchers.clear()
+
+
+on_change(_forget)
 
 
 def matcher_for(tools: Mapping[str, ToolSpec]) -> Matcher:
@@ -368,8 +611,8 @@ class ToolTagDetector:
             return True
         if not pending:
             return False
-        mm = self._search(self._held + pending)
-        return mm is not None and mm.group(1) is not None
+        hit = self._search(self._held + pending)
+        return hit is not None and hit[1] is not None
 
     # -- Transform ---------------------------------------------------------
 
@@ -426,30 +669,67 @@ class ToolTagDetector:
             self._note(joined)
         return len(texts)
 
-    def _search(self, s: str) -> re.Match[str] | None:
-        """The leftmost marker or marker prefix (to the end) in ``s``."""
-        scan = self.m.scan.search
-        line_start = self.m.line_start
+    def _search(self, s: str) -> tuple[int, str | None] | None:
+        """The leftmost marker or marker prefix (to the end) in ``s``:
+        (where, the marker or None for a prefix)."""
+        m = self.m
+        scan = m.trie.scan.search
         mm = scan(s)
+        names = m.names
+        if names is not None and (nm := names.rx.search(s)) is not None:
+            hit = names.verify(s, nm)
+            if hit is not None:
+                return self._search_names(s, mm, hit, names)
         while mm is not None:
             i = mm.start()
-            before = s[i - 1] if i else self._prev
-            if s[i] in _WORD and before in _WORD:
-                pass  # a name marker glued to a word: not one
-            elif before == "`" or self._code.inside_at(s, i):
-                pass  # inline code or a code block that names the markup: text
-            elif mm.group(1) in line_start and not self._at_line_start(s, i):
-                # Code calls start their line. But the text from here may
-                # still be the start of a longer marker that counts
-                # anywhere (``[`` is a list's start, ``[TOOL_CALLS]`` is not
-                # bound to a line): hold it then.
-                tail = self.m.tail.match(s, i)
-                if tail is not None:
-                    return tail
-            else:
-                return mm
+            verdict = self._verdict(s, i, mm.group(1))
+            if verdict is not None:
+                return verdict
             mm = scan(s, i + 1)
         return None
+
+    def _search_names(
+        self, s: str, mm: re.Match[str] | None, hit: tuple[int, str | None] | None, names: _Names
+    ) -> tuple[int, str | None] | None:
+        """``_search`` when ``s`` has a place for a tool-name marker
+        (``hit``) too: the leftmost of the two; at one place, a marker
+        before a prefix, and the longer marker."""
+        scan = self.m.trie.scan.search
+        while mm is not None or hit is not None:
+            if hit is None or (mm is not None and mm.start() < hit[0]):
+                assert mm is not None
+                i, marker = mm.start(), mm.group(1)
+            elif mm is None or hit[0] < mm.start():
+                i, marker = hit
+            else:
+                i, marker = hit
+                other = mm.group(1)
+                if other is not None and (marker is None or len(other) > len(marker)):
+                    marker = other
+            verdict = self._verdict(s, i, marker)
+            if verdict is not None:
+                return verdict
+            if mm is not None and mm.start() <= i:
+                mm = scan(s, i + 1)
+            if hit is not None and hit[0] <= i:
+                hit = names.find(s, i + 1)
+        return None
+
+    def _verdict(self, s: str, i: int, marker: str | None) -> tuple[int, str | None] | None:
+        """What the marker (or prefix, None) found at ``s[i]`` is: (where,
+        the marker) or (where, None) to hold from there; None: not one."""
+        before = s[i - 1] if i else self._prev
+        if s[i] in _WORD and before in _WORD:
+            return None  # a name marker glued to a word: not one
+        if before == "`" or self._code.inside_at(s, i):
+            return None  # inline code or a code block that names the markup: text
+        if marker in self.m.line_start and not self._at_line_start(s, i):
+            # Code calls start their line. But the text from here may still
+            # be the start of a longer marker that counts anywhere (``[`` is
+            # a list's start, ``[TOOL_CALLS]`` is not bound to a line): hold
+            # it then.
+            return (i, None) if self.m.at_tail(s, i) else None
+        return i, marker
 
     def _at_line_start(self, s: str, i: int) -> bool:
         j = s.rfind("\n", 0, i)
@@ -519,27 +799,27 @@ class ToolTagDetector:
         a region (then return the region's text for the finder)."""
         m = self.m
         if self._leading:
-            lm = m.lead.match(s)
-            if lm is not None:
-                start = lm.start(1)
-                if final or s[start:] not in m.lead_prefixes:
-                    return self._open(s, start, lm.group(1), out)
+            lead = m.lead(s)
+            if lead is not None:
+                start, marker = lead
+                if final or not m.is_lead_prefix(s[start:]):
+                    return self._open(s, start, marker, out)
                 self._hold(s, start, out)
                 return None
-            if not final and m.lead_tail.match(s):
+            if not final and m.lead_tail(s):
                 self._hold(s, len(s) - len(s.lstrip()), out)
                 return None
-        mm = self._search(s)
-        if mm is not None and mm.group(1) is not None:
-            start = mm.start()
-            if final or s[start:] not in m.prefixes:
-                return self._open(s, start, mm.group(1), out)
+        hit = self._search(s)
+        if hit is not None and hit[1] is not None:
+            start = hit[0]
+            if final or not m.is_prefix(s[start:]):
+                return self._open(s, start, hit[1], out)
             self._hold(s, start, out)  # a longer marker may still follow
             return None
         if final:
             self._held = s  # released (or dropped) by _process
             return None
-        self._hold(s, len(s) if mm is None else mm.start(), out)
+        self._hold(s, len(s) if hit is None else hit[0], out)
         return None
 
     def _hold(self, s: str, at: int, out: list[str]) -> None:

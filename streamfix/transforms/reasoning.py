@@ -17,13 +17,26 @@ the prompt (DeepSeek R1 and V3.2+ thinking, Qwen3 Thinking and 3.5+, GLM
 (vLLM's ``deepseek_r1`` and ``qwen3`` reasoning parsers treat a lone
 ``</think>`` the same way). So the start of a reply may be held until it
 is known whether it is reasoning: at most ``Context.reasoning_hold``
-characters (``UNOPENED_HOLD`` for a request to a reasoning model or an
-upstream known to reason; none otherwise, since holding delays every
-reply's first text). A close of a family whose template can open the
-reasoning (``Reasoning.prefilled``) within that many characters makes all
-before it reasoning; a reply cut by the token limit (``finish_reason:
-"length"``) before any close is all reasoning; otherwise the text was
-content all along and is released. The decisions depend on positions in
+characters (``UNOPENED_HOLD`` for a request to a reasoning model, or to a
+model the proxy saw reason on that row; none otherwise, since holding
+delays every reply's first text, and none when the request switches
+thinking off). A close of a family whose template can open the reasoning
+(``Reasoning.prefilled``) within that many characters makes all before it
+reasoning, unless it is inside inline code or a code block (then it is
+the answer's text, as everywhere else). Otherwise the text was content
+all along and is released.
+
+*A reply cut by the token limit* (``finish_reason: "length"``) inside the
+hold with no markup at all is reasoning only when both hold: the template
+is known to open the reasoning in the prompt
+(``Context.prompt_opens_reasoning``: the request asks a reasoning model by
+name or by a field, or the proxy saw this model on this row close
+reasoning it never opened), which a request that switches thinking off
+(``chat_template_kwargs``, or Qwen3's ``/no_think``) never is; and no call
+began in the text (a call, even cut, is the answer's: the text before it
+stays content). A hold that comes only from the proxy having seen the
+model reason in its own markup (Gemma's channel, ``[THINK]``) does not
+make its cut answer reasoning. The decisions depend on positions in
 the text, not on chunking, so the split is the same for any chunking. The
 hold is skipped when the upstream already separates reasoning (a reasoning
 field arrived first). Without a hold, markup is still recognised at the
@@ -51,8 +64,9 @@ from ..context import UNOPENED_HOLD as CONTEXT_UNOPENED_HOLD
 from ..context import Context
 from ..delta import Delta, take_each
 from ..formats.base import Reasoning
-from ..formats.registry import all_reasoning
+from ..formats.registry import all_reasoning, on_change
 from .codespans import CodeSpans
+from .detect import matcher_for
 
 #: How much of the start of a reply is held, at most, while it may still be
 #: an unopened reasoning section (characters; about 500 tokens). A longer
@@ -325,6 +339,7 @@ class ReasoningSplitter:
             # reasons.
             self.ctx.report.count("stripped.stray_think")
             self.ctx.report.reasoning = True
+            self.ctx.report.prompt_opened_reasoning = True
             self._closed = True
         self._to_text(lead=True)
 
@@ -334,6 +349,8 @@ class ReasoningSplitter:
         table = self._m.start
         m = table.pattern.search(s, max(0, self._searched - table.longest))
         hold = self._hold_max
+        while m is not None and s[: m.start()].strip() and CodeSpans().inside_at(s, m.start()):
+            m = table.pattern.search(s, m.end())  # markup in code is text
         if m is not None:
             before, marker = s[: m.start()], m.group()
             at_start = not before.strip()
@@ -343,6 +360,7 @@ class ReasoningSplitter:
             if at_start or (m.start() < hold and (kind == _CLOSE or family.repeats)):
                 if kind == _CLOSE:
                     # The prompt opened the reasoning: all before is reasoning.
+                    self.ctx.report.prompt_opened_reasoning = True
                     self._lead = True
                     self._closed = True
                     self._reasoning(before.rstrip(), reasoning)
@@ -365,7 +383,7 @@ class ReasoningSplitter:
             ):
                 self._held = s
                 return ""
-        elif cut and hold > 0:
+        elif cut and hold > 0 and self._cut_is_reasoning(s):
             # Cut by the token limit inside reasoning the prompt opened (no
             # close follows: its last blanks are the model's, not layout).
             self._lead = True
@@ -374,6 +392,15 @@ class ReasoningSplitter:
             return ""
         self._to_text(lead=False)
         return s
+
+    def _cut_is_reasoning(self, s: str) -> bool:
+        """A reply cut by the token limit inside the hold, with no markup:
+        reasoning only when the template is known to open it in the prompt
+        (``Context.prompt_opens_reasoning``) and no call began in it (a call
+        is the answer's; the text before it stays content)."""
+        if not self.ctx.prompt_opens_reasoning:
+            return False
+        return not matcher_for(self.ctx.tools).has_marker(s)
 
     def _inside(self, s: str, reasoning: list[str], final: bool) -> str:
         assert self._family is not None
@@ -416,3 +443,6 @@ class ReasoningSplitter:
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
+
+
+on_change(_markup.cache_clear)  # a format plugin's REASONING joins the markup

@@ -1,152 +1,79 @@
-"""Repetition cutter: end the turn when a channel falls into an exact loop.
+"""Repetition cutter: end the turn when a channel falls into a loop.
 
-A small model stuck in a loop emits the same fragment until ``max_tokens``
-(``tests/captures/…/e_repetition_cat_mat_exact_loop.sse``). Sampler
-penalties (DRY, repetition penalty) break JSON tool calls, so the loop is
-cut in the stream instead: the turn ends with ``finish_reason: "length"``
-and ``{"cut": "repetition", "period": N}`` on the choice, and the chain
-tells the I/O layer to close the upstream request (``Chain.stopped``).
-
+A small model stuck in a loop emits the same fragment until ``max_tokens``.
+Sampler penalties (DRY, repetition penalty) break JSON tool calls, so the
+loop is cut in the stream instead: the turn ends with ``finish_reason:
+"length"`` and ``{"cut": "repetition", "period": N}`` on the choice, and the
+chain tells the I/O layer to close the upstream request (``Chain.stopped``).
 Channels are watched separately: ``content``, ``reasoning`` and each tool
-call's argument text (``Delta.arg_text``, one channel per call key). A loop
-in a call's arguments breaks the call: the chain abandons the accumulator
-(which runs before us) when we stop, so the call is never emitted; a call
-held as text in content is dropped by the detector (which runs after us)
-as one cut off by the ``length`` finish.
+call's argument text (``Delta.arg_text``). A loop in a call's arguments
+breaks the call: it is never emitted.
 
-**Signature.** Real text repeats its syntax, not its content (JSON arrays
-of similar objects, markdown tables, code, lists). A loop is *exact*
-repetition: the last ``required_span(p)`` characters of the channel have
-period ``p``. Short periods need many copies, long ones few:
+**Exact loops.** Real text repeats its syntax, not its content (JSON arrays
+of similar objects, tables, code, lists), so a loop is *exact* repetition:
+the last ``required_span(p)`` characters have period ``p``, with
+``required_span(p) = max(4 * p, 400) - check_interval(p) - MARGIN``: the
+loosest span that keeps what reaches the client past the loop's start
+within max(4 copies, 400 characters), given how often we look. Published
+detectors choose similar figures (vLLM's ``RepetitionDetectionParams``,
+llama.cpp's proposed ``--repetition-detection``, gemini-cli's
+``LoopDetectionService``, which had to exempt code, tables and lists).
 
-    required_span(p) = max(4 * p, 400) - check_interval(p) - MARGIN
+**Structured repetition** can be what the user asked for (an empty grid or
+timesheet, a table of zeros, one letter 600 times); only its length tells
+it from a model that cannot stop. A copy that is ``structured`` (at most
+``STRUCTURED_MAX_PERIOD`` characters, at least half ASCII non-letters or
+box drawing, or one such character) needs ``STRUCTURED_SPAN`` characters
+of periodicity: it is cut within ``STRUCTURED_BOUND`` of its start. Blanks
+alone are not structured (a flood of newlines is JSON mode's classic loop),
+nor is a copy of mostly letters. The shortest period decides.
 
-which is the loosest span that still meets issue 4's bound (no more than
-``max(4 repeats, 400 chars)`` past the start of the loop reach the client)
-given how often we look: 328 characters for periods up to 100 (328
-copies of one character, 109 of ``"ha "``), then a little under 4 copies
-(3.6 to 3.9 for periods over ``SHORT_PERIOD``, looked for less often).
-Measured, the cut comes 330-385 characters past the start of a short
-loop and at 3.8-3.96 copies of a long one, at any chunking.
-Published detectors choose similar or tighter figures: vLLM's
-``RepetitionDetectionParams`` (``min_pattern_size``,
-``max_pattern_size``, ``min_count`` over token ids), llama.cpp's proposed
-``--repetition-detection`` (patterns of 16..1024 tokens, 4 copies,
-ggml-org/llama.cpp#26039), gemini-cli's ``LoopDetectionService`` (a
-50-character chunk seen 10 times close together; it resets on code
-fences, tables and list markup because those false-positived). We need no
-such markup exceptions: an 80-character ``=====`` rule, a table separator
-row or ``ha ha ha`` is far below the span, and the false-positive corpus
-(``tests/test_corpus_false_positives.py``: the standard library's sources,
-JSON, CSV, markdown) runs through with zero cuts.
+**Numbered loops**: numbered-list lines (``12. text``) whose text after the
+number is identical, consecutive, each at most ``NUMBERED_MAX_LINE``
+characters, over ``NUMBERED_SPAN`` (``NUMBERED_STRUCTURED_SPAN`` for a
+form's blank items). Digits elsewhere are left alone: numeric CSV and
+arrays whose numbers differ are not loops.
 
-**Numbered loops.** A loop where only a running number changes
-(``e_repetition_fruits_numbered_loop.sse``: ``N. Ananasaki (Agra)``) has
-no exact period. Normalising digit runs everywhere would cut numeric CSV
-and JSON arrays of objects whose numbers differ, so a second, narrow check
-catches only *numbered-list lines* (``12. text`` / ``12) text``) whose text
-after the number is identical, on consecutive lines of at most
-``NUMBERED_MAX_LINE`` characters covering ``NUMBERED_SPAN`` characters.
-A list of identical items is not legitimate output. Multi-line list items
-that loop with a running number are not caught (no exact period either).
+**Counted loops** (``Step 5: Check the file again.`` / ``Step 6: …``): a
+unit that is the same but for numbers moving by a constant step. Its
+canonical form (every run of digits replaced by ``0``) is exactly
+periodic, and the numbers at corresponding positions form arithmetic
+progressions. Real enumerations fail one or the other (steps that say
+different things; a list of numbers says nothing), so the evidence is:
+``COUNTED_COPIES`` whole copies and ``COUNTED_CHARS`` characters of
+canonical periodicity (period up to ``COUNTED_MAX_PERIOD``); an arithmetic
+progression at every number position, one of them moving; and a unit that
+is mostly text (``COUNTED_LETTERS_PER_COUNTER``,
+``COUNTED_LETTERS_PER_DIGIT``, ``COUNTED_PROBE``). They are looked for at
+the long checks (every ``LONG_AT`` characters), so at most max(16 copies,
+1,000 characters) pass before the cut. The canonical form is computed
+only when cheap evidence appears (a digit-free run recurring one and two
+copies back, within ``COUNTED_REACH``, give or take ``COUNTED_SHIFT``).
 
-**Counted loops** (issue 18). A model that loops while it counts
-(``Step 5: Check the configuration file again.`` / ``Step 6: …``,
-``Attempt 7: the server did not answer, retrying.``) repeats a unit that
-is the same but for one or more numbers moving by a constant step. Its
-*canonical form*, every maximal run of ASCII digits replaced by one
-``0``, is exactly periodic, and the numbers at corresponding positions of
-the copies form arithmetic progressions. Real enumerations have the first
-or fail the second: a procedure whose steps say different things, a CSV
-export or a table whose other cells differ, is not periodic in canonical
-form; a list of numbers, or rows like ``17,pending``, is, so the unit must
-also say something. The evidence (constants below), within issue 18's
-bound of ``max(16 copies, 1000 characters)``:
-
-- at least ``COUNTED_COPIES`` (10) whole copies *and* ``COUNTED_CHARS``
-  (727) characters of canonical periodicity, the shortest period up to
-  ``COUNTED_MAX_PERIOD`` characters;
-- at every number position an arithmetic progression over all of them
-  (runs of at most ``COUNTED_MAX_DIGITS`` digits), at least one with a
-  non-zero step (otherwise the loop is exact);
-- a unit that is mostly text: ``COUNTED_LETTERS_PER_COUNTER`` (20)
-  letters per counter (a progression that moves), at least
-  ``COUNTED_LETTERS_PER_DIGIT`` (2) per digit, and ``COUNTED_PROBE`` (16)
-  characters in a row without a digit (what the screen below looks for).
-
-Over the whole stdlib (``tests/test_corpus_false_positives.py``), ten
-copies and 727 characters alone, without the letter rules, give no
-counted loop; five copies, 300 characters and 16 letters would cut
-eleven modules (``encodings/cp720.py``: ``'\\x05'  #
-0x05 -> CONTROL CHARACTER`` and the next lines, 18 letters). The letter
-rules add their own margin, and keep cyclic enumerations (``N. Step N:
-check the pump`` / ``… gauge`` / ``… valve``) text. The bound still holds:
-counted loops are looked for at the long checks (every ``LONG_AT`` = 256
-characters), so at most ``727 + 256 + 9`` characters, or 10 copies and
-265 characters, pass before the cut (``tests/test_repetition.py`` pins
-the arithmetic).
-
-**In arguments.** A call's arguments are data, and data counts: a file
-of numbered lines (canitoolcall's long-arguments fixtures write ``000:
-The quick brown fox jumps over the lazy dog.`` sixty times), seed rows,
-a generated test file. The prose evidence would cut each of them, so in
-arguments a counted loop is cut only once it has run
-``COUNTED_ARG_CHARS`` (32,768) characters from its start, which is at
-least 64 copies (a copy is at most 512 characters), about 8K tokens: far
-longer than numbered data usually is, and still well before the
-``max_tokens`` an agent sets or the 256 KiB a call held as text may reach
-(``Options.max_call_chars``). Not cutting there at all would let a model
-that lost count of its task in a ``write_file`` call run to the end of
-its budget. Exact loops in arguments are cut as in prose: an argument
-whose text repeats verbatim is no data. The same rule holds for both
-kinds of argument: each structured call's text (``Delta.arg_text``), and
-content the tool-tag detector holds as a call written as text. The
-detector runs after the cutter, so the cutter asks it
-(``watch_calls``, ``ToolTagDetector.holds_call``) when a counted loop is
-found in content: whether a call region is open, or the text of this
-delta (or run of texts, ``synced``) before the loop, which the detector
-has not seen yet (a whole completion is one delta), has a marker that
-opens one. The question errs towards "in a call" (a marker whose region
-turns out to be text), which only makes the cut later. A run is followed
-from check to check past the window read back (``_Channel.run_from``): a
-counted loop found by a check continues the run when its first two copies
-end before the last check that found one, else a new run starts (a loop
-that starts where another ended, ``T-minus 0`` then ``T-minus -1``, is
-not one loop). A check that continues a run within ``COUNTED_RUN_GAP`` of
-the last skips the walk back to the loop's start, which it knows: on
-numbered lines in arguments a piece of 16 characters costs 2.6 µs, where
-the walk at each check would make it 15 µs. The cut then comes
-``COUNTED_ARG_CHARS`` to ``COUNTED_ARG_CHARS`` + max(16 copies, 1000
-characters) past the loop's start at every chunking; the call is dropped.
-
-The canonical form is computed only when cheap evidence appears, so text
-without such loops pays a few C calls per 256 characters (about 1 µs):
-the last run of 16 to 64 characters without a digit within
-``COUNTED_REACH`` (128) characters before the check (which starts or ends
-at a number, and so must each occurrence) must
-recur one and two copies back (give or take ``COUNTED_SHIFT`` characters,
-for counters that gain a digit, ``9`` → ``10``), and the text from one
-occurrence to the next must be the same but for its numbers. Only then is
-the text of the last eleven copies canonicalised (one regex pass) and
-checked as above.
+**In arguments** data counts (a file of numbered lines, seed rows), so a
+counted loop there is cut only once it has run ``COUNTED_ARG_CHARS`` from
+its start: far longer than numbered data usually is, well before the
+budget a looping ``write_file`` call would burn. Exact loops in arguments
+are cut as in prose. The same holds for content the tool-tag detector
+holds as a call written as text: the detector runs after the cutter, so
+the cutter asks it (``watch_calls``, ``ToolTagDetector.holds_call``);
+the question errs towards "in a call", which only makes the cut later. A
+run is followed from check to check (``_Channel.run_from``), so a check
+that continues it skips the walk back to the loop's start.
 
 **Cost.** Text is never held back. Each channel appends to a list and,
 only at every ``CHECK_EVERY``-th character (absolute positions, so the
-verdict does not depend on chunking), joins its bounded tail and runs a
-C-speed check: ``rfind`` the last ``PROBE`` characters within
-``SHORT_PERIOD`` (every ``LONG_EVERY``-th check: ``MAX_PERIOD``) before
-them to get candidate periods, verify each with one ``startswith`` slice
-compare. Amortised O(1) per character; the tail is bounded by ``WINDOW``.
-A piece of text that reaches several checks at once (a run of chunks read
-together) screens up to three of them with one search (``quiet``): if the
-first one's probe recurs nowhere, no line ends near them and the counted
-screen of the long check among them finds nothing, none of them can find
-anything; otherwise each is made.
+verdict does not depend on chunking), joins its bounded tail (``WINDOW``)
+and runs a C-speed check: ``rfind`` the last ``PROBE`` characters within
+``SHORT_PERIOD`` (every ``LONG_EVERY``-th check: ``MAX_PERIOD``) to get
+candidate periods, each verified with one slice compare. A run of texts
+that reaches several checks screens up to three of them with one search
+(``quiet``). The measured bounds are pinned by ``tests/test_repetition.py``
+and ``tests/test_faithful_structured.py``; the figures are in the README.
 
-**Cutting.** On a cut, the text already sent stays sent; of this delta's
-text only what comes before the end of the loop's first copy is kept (the
-text before the loop and one copy), so at most the bound above reaches the
-client in total.
+**Cutting.** The text already sent stays sent; of this delta's text only
+what comes before the end of the loop's first copy is kept, so at most the
+bound above reaches the client in total.
 """
 
 from __future__ import annotations
@@ -209,10 +136,40 @@ MIN_SPAN: Final = required_span(1)
 WINDOW: Final = required_span(MAX_PERIOD) + CHECK_EVERY
 
 
+#: Structured repetition (module doc): the bound past the start of a loop
+#: whose copy is short and mostly not letters, the span it needs (the
+#: check spacing and MARGIN under the bound), and its longest copy (a
+#: longer one needs 4 copies, over 2,048 characters, anyway).
+STRUCTURED_BOUND: Final = 4096
+STRUCTURED_SPAN: Final = STRUCTURED_BOUND - CHECK_EVERY - MARGIN
+STRUCTURED_MAX_PERIOD: Final = SHORT_PERIOD
+#: The same bound for numbered items: the check spacing and a line under it.
+NUMBERED_STRUCTURED_SPAN: Final = STRUCTURED_BOUND - CHECK_EVERY - NUMBERED_MAX_LINE - MARGIN
+#: What a structured copy is mostly made of: ASCII that is not a letter
+#: (digits, punctuation, blanks) and box drawing (``─│┌``, ``█``).
+_STRUCTURAL: Final = re.compile("[\x00-@\\[-`{-\x7f\u2500-\u259f]+")
+
+
+def structured(unit: str) -> bool:
+    """Whether a loop's copy ``unit`` is structured (module doc): at most
+    ``STRUCTURED_MAX_PERIOD`` characters, not only blanks, and at least
+    half ASCII non-letters or box drawing, or one ASCII or box-drawing
+    character (``aaaa``, ``----``)."""
+    p = len(unit)
+    if p > STRUCTURED_MAX_PERIOD or unit.isspace():
+        return False
+    if p == 1:
+        return unit.isascii() or "\u2500" <= unit <= "\u259f"
+    return 2 * len(_STRUCTURAL.sub("", unit)) <= p
+
+
 def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
     """A loop ending at ``s[:t]``: ``(period, start of the checked span)``
     for the shortest period whose required span is periodic, or None.
-    Periods over ``SHORT_PERIOD`` are looked for only when ``long``."""
+    Periods over ``SHORT_PERIOD`` are looked for only when ``long``. A
+    structured copy (``structured``) needs ``STRUCTURED_SPAN`` instead;
+    it decides alone: a longer period over the same text is made of its
+    copies, so structured too."""
     if t < MIN_SPAN:
         return None
     probe = s[t - PROBE : t]
@@ -225,7 +182,10 @@ def find_loop(s: str, t: int, long: bool = True) -> tuple[int, int] | None:
         p = t - PROBE - i
         a = t - required_span(p)
         if a >= 0 and s.startswith(s[a + p : t], a):
-            return p, a
+            if p > STRUCTURED_MAX_PERIOD or not structured(s[t - p : t]):
+                return p, a
+            a = t - STRUCTURED_SPAN
+            return (p, a) if a >= 0 and s.startswith(s[a + p : t], a) else None
         end = i + PROBE - 1
     return None
 
@@ -301,7 +261,11 @@ def find_numbered(s: str, t: int) -> tuple[int, int] | None:
             break
         first = g + 1
         lines += 1
-    if lines < NUMBERED_MIN_LINES or j + 1 - first < NUMBERED_SPAN:
+    # A structured item (``. Name: ______``: a form's numbered blank lines)
+    # needs the structured span. The walk back is at most that long (a
+    # longer run is cut), a constant per check.
+    need = NUMBERED_STRUCTURED_SPAN if structured(item) else NUMBERED_SPAN
+    if lines < NUMBERED_MIN_LINES or j + 1 - first < need:
         return None
     return s.find("\n", first) + 1 - first, first
 

@@ -47,7 +47,8 @@ from typing import Final
 
 from ..context import Context
 from ..delta import Delta, take_each
-from ..formats.registry import all_reasoning, all_residue
+from ..formats.base import Residue
+from ..formats.registry import all_reasoning, all_residue, on_change
 from .codespans import CodeSpans
 
 #: Longest special token body (``<|reserved_special_token_250|>`` is 27).
@@ -59,38 +60,48 @@ MAX_PENDING: Final = 256
 
 #: What the families declare as leftover markup (``formats.base.Residue``:
 #: wrapper tags, bracketed control tokens, bare-word tokens, other tokens).
-_FAMILIES: Final = all_residue()
-WRAPPERS: Final = frozenset(_FAMILIES.wrappers)
-BRACKET_TOKENS: Final = frozenset(_FAMILIES.brackets)
-NAMED_TOKENS: Final = frozenset(_FAMILIES.words)
+_FAMILIES = all_residue()
+WRAPPERS = frozenset(_FAMILIES.wrappers)
+BRACKET_TOKENS = frozenset(_FAMILIES.brackets)
+NAMED_TOKENS = frozenset(_FAMILIES.words)
 
 #: Plain-text pieces batched before their line/last-character state is
 #: updated (bounded memory; see ``ResidueStripper._settle``).
 MAX_UNSETTLED: Final = 64
 
 _T = str(MAX_TOKEN)
-_CAND = re.compile(
-    r"<\|[^\s|<>]{1," + _T + r"}\|>"
-    r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
-    r"|\[(/?[A-Z_]{2,24})\]"
-    r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1,"
-    + _T
-    + r"}|\|)?>"
-    + (f"|(?P<token>{'|'.join(_FAMILIES.tokens)})" if _FAMILIES.tokens else "")
-    + r"|`{3,}"
-)
-#: A suffix that could still grow into a candidate (held back).
-_PARTIAL = re.compile(
-    r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
-    r"|｜[^\s｜<>]{0," + _T + r"}｜?"
-    r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0," + _T + r"}|\|)?"
-    r")?\Z"
-    r"|\[/?[A-Z_]{0,24}\Z"
-    r"|`{1,2}\Z" + "".join("|" + t for t in _FAMILIES.partials)
-)
+
+
+def _cand(families: Residue) -> re.Pattern[str]:
+    return re.compile(
+        r"<\|[^\s|<>]{1," + _T + r"}\|>"
+        r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
+        r"|\[(/?[A-Z_]{2,24})\]"
+        r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1,"
+        + _T
+        + r"}|\|)?>"
+        + (f"|(?P<token>{'|'.join(families.tokens)})" if families.tokens else "")
+        + r"|`{3,}"
+    )
+
+
+def _partial(families: Residue) -> re.Pattern[str]:
+    """A suffix that could still grow into a candidate (held back)."""
+    return re.compile(
+        r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
+        r"|｜[^\s｜<>]{0," + _T + r"}｜?"
+        r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0," + _T + r"}|\|)?"
+        r")?\Z"
+        r"|\[/?[A-Z_]{0,24}\Z"
+        r"|`{1,2}\Z" + "".join("|" + t for t in families.partials)
+    )
+
+
+_CAND = _cand(_FAMILIES)
+_PARTIAL = _partial(_FAMILIES)
 #: Turn headers the families declare (``Residue.headers``): stripped with
 #: the role line after them, as a stray "assistant" would show users.
-HEADERS: Final = frozenset(_FAMILIES.headers)
+HEADERS = frozenset(_FAMILIES.headers)
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 _ROLE = re.compile("(?:" + "|".join(_ROLES) + ")\n")
 _ROLE_MAX = max(len(r) for r in _ROLES) + 1
@@ -378,3 +389,20 @@ class ResidueStripper:
             while best > pos and text[best - 1] == "`":
                 best -= 1
         return best
+
+
+def _families_changed() -> None:
+    """A format plugin was registered or taken back (``registry.on_change``):
+    the tables above are made again from the families' declarations."""
+    global _FAMILIES, WRAPPERS, BRACKET_TOKENS, NAMED_TOKENS, HEADERS, _CAND, _PARTIAL
+    _FAMILIES = all_residue()
+    WRAPPERS = frozenset(_FAMILIES.wrappers)
+    BRACKET_TOKENS = frozenset(_FAMILIES.brackets)
+    NAMED_TOKENS = frozenset(_FAMILIES.words)
+    HEADERS = frozenset(_FAMILIES.headers)
+    _CAND = _cand(_FAMILIES)
+    _PARTIAL = _partial(_FAMILIES)
+    _channel_ends.cache_clear()
+
+
+on_change(_families_changed)

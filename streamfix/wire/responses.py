@@ -166,8 +166,11 @@ class ResponsesDoor:
                 )
             chat["max_tokens"] = limit
         reasoning = body.get("reasoning")
-        if isinstance(reasoning, dict) and reasoning.get("effort") in _EFFORTS:
-            chat["reasoning_effort"] = _EFFORTS[reasoning["effort"]]
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+        if effort is not None and not isinstance(effort, str):  # a list is unhashable
+            raise RequestError("'reasoning.effort' must be a string", param="reasoning.effort")
+        if effort in _EFFORTS:
+            chat["reasoning_effort"] = _EFFORTS[effort]
         fmt = self._format(body.get("text"))
         if fmt is not None:
             chat["response_format"] = fmt

@@ -1,6 +1,7 @@
-"""The proxy's own middlewares: every error in OpenAI's shape with no
-upstream key in it, and the inbound key check (which also says whose key
-it was: the request's tenant)."""
+"""The proxy's own middlewares: every error in OpenAI's shape, no upstream
+key in any whole reply (whatever its status: an upstream may echo its key
+in an error object it sends with a 200), and the inbound key check (which
+also says whose key it was: the request's tenant)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from ...errors import RequestError
 from ...middleware import Handler
 from ..proxy import PROXY
 from ..upstream.table import TABLE, TENANT
-from .replies import STATUS_TYPES, json_error
+from .replies import error_type, json_error
+from .validate import arrived
+
+#: Headers of the proxy's own HTTP errors kept on the OpenAI-shaped body
+#: that replaces aiohttp's (the pool-full 503's ``Retry-After``, a 405's
+#: ``Allow``).
+KEPT_ERROR_HEADERS = ("Retry-After", "Allow")
 
 #: Routes open without a key unless ``protect_status`` is set.
 STATUS_PATHS = frozenset({"/healthz", "/metrics"})
@@ -23,37 +30,45 @@ log = logging.getLogger("streamfix.server")
 @web.middleware
 async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors as OpenAI-shaped JSON (a RequestError, aiohttp's HTTP errors,
-    a bug of ours), and upstream keys redacted from every error body. The
+    a bug of ours), and upstream keys redacted from every whole reply (a
+    streamed one is redacted as it is written, ``ClientStream``). The
     routing table in force is noted on the request here, on arrival: the
-    request keeps it to its end, whatever a reload does meanwhile."""
+    request keeps it to its end, whatever a reload does meanwhile; and so
+    is the arrival's time (``validate.ARRIVED``)."""
     proxy = request.app[PROXY]
     table = request[TABLE] = proxy.table
+    arrived(request)
     try:
         resp = await handler(request)
-        if resp.status >= 400 and isinstance(resp, web.Response):
+        if isinstance(resp, web.Response) and table.secrets:
             body = resp.body
-            if isinstance(body, bytes) and table.secrets:
+            if isinstance(body, bytes):
                 out = table.redact(body)
-                if out != body:
+                if out is not body:
                     resp.body = out
         return resp
     except RequestError as exc:
-        return json_error(
+        error = json_error(
             exc.status,
             str(exc),
-            exc.type or STATUS_TYPES.get(exc.status, "invalid_request_error"),
+            exc.type or error_type(exc.status),
             code=exc.code,
             param=exc.param,
         )
+        if exc.status == 408:  # a client too slow to send its request: not kept
+            error.force_close()
+        return error
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         message = exc.text or exc.reason
         if exc.status == 413:
             message = f"request body too large (limit {proxy.cfg.body_limit} bytes)"
-        return json_error(
-            exc.status, message, STATUS_TYPES.get(exc.status, "invalid_request_error")
-        )
+        answer = json_error(exc.status, message, error_type(exc.status))
+        for name in KEPT_ERROR_HEADERS:
+            if name in exc.headers:
+                answer.headers[name] = exc.headers[name]
+        return answer
     except Exception:
         # A bug of ours: an OpenAI-shaped 500 rather than aiohttp's plain
         # text one (a streamed reply already begun ends in ``exchange.Exchange.pump``).

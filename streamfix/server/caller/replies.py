@@ -1,15 +1,26 @@
 """What the proxy answers besides a stream: error bodies in OpenAI's shape,
 an upstream's error relayed, a whole reply read (bounded), and a whole
-completion turned into the stream a client asked for."""
+completion turned into the stream a client asked for.
+
+*An upstream's error, relayed.* An OpenAI-shaped error (``{"error": …}``)
+goes on as the upstream sent it; any other body (plain text, an HTML page,
+FastAPI's ``{"detail": …}``, ``{"message": …}``) is wrapped into one that
+keeps the upstream's own words (``upstream_message``: the configured keys
+and anything shaped like a key removed first, then cut, so no piece of a
+key survives the cut). Either way the upstream's
+relayable headers go with it, ``Retry-After`` included, and a status the
+proxy words itself is typed as OpenAI types it (``error_type``: a 429 is
+``requests`` / ``rate_limit_exceeded``, a 5xx ``server_error``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
 from ... import jsoncodec
 from ...sse import DONE_EVENT, encode_data
@@ -22,7 +33,7 @@ from ..upstream.pool import UpstreamFailure, error_body
 #: upstream is broken, and reading on would only grow memory.
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 
-#: The OpenAI error type of the proxy's own HTTP errors.
+#: The OpenAI error type of an HTTP status (``error_type``).
 STATUS_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -30,7 +41,20 @@ STATUS_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "requests",
 }
+
+#: Characters of an upstream's own error text quoted to the client.
+ERROR_TEXT_CHARS = 200
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error type for ``status``: ``server_error`` for a 5xx (their
+    500 and 503 bodies say so), ``requests`` for a 429 (with the code
+    ``rate_limit_exceeded``), ``invalid_request_error`` for other 4xx."""
+    if status >= 500:
+        return "server_error"
+    return STATUS_TYPES.get(status, "invalid_request_error")
 
 
 class ReplyTooLarge(aiohttp.ClientPayloadError):
@@ -62,24 +86,80 @@ def json_error(
     )
 
 
+def _openai_shaped(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str))
+
+
+def is_error_object(obj: Any) -> bool:
+    """A JSON reply that is an error, not a result: ``{"error": …}`` with
+    no ``choices`` (or ``data``) beside it. Some servers answer so with an
+    HTTP 200."""
+    return (
+        isinstance(obj, dict)
+        and bool(obj.get("error"))
+        and not isinstance(obj.get("choices"), list)
+        and not isinstance(obj.get("data"), list)
+    )
+
+
+def upstream_message(obj: Any, raw: bytes, redact: Callable[[bytes], bytes] | None) -> str:
+    """What an upstream's error body that is not OpenAI-shaped says: its
+    ``detail`` or ``message`` (FastAPI, many gateways), else its text;
+    redacted (``redact``, then anything shaped like a key: these are the
+    proxy's own words), then cut to ``ERROR_TEXT_CHARS``."""
+    said: Any = None
+    if isinstance(obj, dict):
+        said = obj.get("detail", obj.get("message"))
+    if said is None or said == "":
+        text = raw
+    elif isinstance(said, str):
+        text = said.encode()
+    else:  # FastAPI's validation errors: a list of objects
+        text = orjson.dumps(said)
+    if redact is not None:
+        text = redact(text)
+    text = record.scrub_key_shapes(text)
+    out = text.decode("utf-8", "replace").strip()
+    return out[:ERROR_TEXT_CHARS] + ("…" if len(out) > ERROR_TEXT_CHARS else "")
+
+
 def relay_error(
-    status: int, raw: bytes, headers: CIMultiDict[str], content_type: str, upstream: str
+    status: int,
+    raw: bytes,
+    headers: Mapping[str, str],
+    content_type: str,
+    upstream: str,
+    redact: Callable[[bytes], bytes] | None = None,
 ) -> web.Response:
-    """An upstream's non-200 answer for the client: passed on as is when it
-    is an OpenAI-shaped error (``{"error": …}``), else wrapped into one (an
-    HTML page from a gateway, a plain-text 404) so SDKs can read it."""
+    """An upstream's error answer for the client, as ``status`` (module
+    doc): passed on as is when it is OpenAI-shaped, else wrapped into
+    one, with the upstream's words, so SDKs can read it. ``upstream`` is
+    how the caller hears the upstream named (``Scope.shown``)."""
+    if redact is not None:
+        raw = redact(raw)
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         obj = None
-    if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
+    if _openai_shaped(obj):
         out = web.Response(status=status, body=raw, headers=headers)
         out.content_type = content_type
         return out
-    text = raw[:200].decode("utf-8", "replace").strip()
+    return _wrapped(
+        status, upstream, upstream_message(obj, raw, None), headers, f"upstream_{status}"
+    )
+
+
+def _wrapped(
+    status: int, upstream: str, text: str, headers: Mapping[str, str] | None, code: str | None
+) -> web.Response:
     message = f"upstream {upstream} answered HTTP {status}" + (f": {text}" if text else "")
-    type_ = "invalid_request_error" if status < 500 else "upstream_error"
-    return json_error(status, message, type_, f"upstream_{status}")
+    if status == 429:
+        code = "rate_limit_exceeded"
+    out = json_error(status, message, error_type(status), code)
+    if headers:
+        out.headers.extend(headers)
+    return out
 
 
 def completion_to_sse(completion: dict[str, Any]) -> bytes:
@@ -119,17 +199,34 @@ def calls_in(obj: dict[str, Any]) -> int:
     return n
 
 
-def failure_response(f: UpstreamFailure) -> web.Response:
-    """No upstream answered usably: the last one's own OpenAI-shaped error
-    (a 429 or 5xx with a body) as it was, else one made from ``f``."""
+def failure_response(
+    f: UpstreamFailure, told: str, redact: Callable[[bytes], bytes] | None = None
+) -> web.Response:
+    """No upstream answered usably: the last one's own error (a 429 or 5xx
+    with a body) relayed as ``relay_error`` would, else one made from
+    ``f`` (``told``: its message as the caller hears it). The upstream's
+    ``Retry-After`` and its other relayable headers go with either."""
     if f.body and f.status in (429, 500, 502, 503, 504):
+        raw = redact(f.body) if redact is not None else f.body
         try:
-            obj = orjson.loads(f.body)
+            obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
-            resp = web.Response(status=f.status, body=f.body, headers=f.headers or {})
+        if _openai_shaped(obj):
+            resp = web.Response(status=f.status, body=raw, headers=f.headers or {})
             resp.content_type = "application/json"
             return resp
-    type_ = "timeout" if f.status == 504 else "upstream_error"
-    return json_error(f.status, f.message, type_, f.kind)
+        said = upstream_message(obj, raw, None)
+        out = json_error(
+            f.status,
+            f"{told}: {said}" if said else told,
+            error_type(f.status),
+            "rate_limit_exceeded" if f.status == 429 else f.kind,
+        )
+    else:
+        type_ = "timeout" if f.status == 504 else error_type(f.status)
+        code = "rate_limit_exceeded" if f.status == 429 else f.kind
+        out = json_error(f.status, told, type_, code)
+    if f.headers:
+        out.headers.extend(f.headers)
+    return out

@@ -169,9 +169,14 @@ class ClientStream:
                 self.rename = None
         if self.redact is not None:
             data = self.redact(data)
+        # A recording keeps the chat side (a front door's bytes are made
+        # from it): what replay can compare with (``record.py``).
+        chat = data
         if self.encoder is not None:
             data = self.encoder.feed(data)
             if not data:
+                if self.recording is not None:
+                    self.recording.to_client(chat)
                 return
         try:
             await self.resp.write(data)
@@ -179,7 +184,7 @@ class ClientStream:
             raise ClientGone from exc
         self.last_write = time.monotonic()
         if self.recording is not None:
-            self.recording.to_client(data)
+            self.recording.to_client(chat)
 
     def gone(self) -> bool:
         transport = self.request.transport

@@ -4,8 +4,9 @@ upstream's puzzling answer or a crash in the chain."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
@@ -16,15 +17,82 @@ from ..upstream.table import tenant_label
 if TYPE_CHECKING:
     from ..proxy import Proxy
 
-#: Most tools one request may offer, and longest tool name (characters).
-#: The detector builds one matcher per distinct set of tool names (about
-#: 5 ms of CPU per 64-character name, measured) and recurses once per
-#: character of a name. OpenAI's own limits are 128 tools and 64 characters.
+#: Most tools one request may offer, and longest tool name (characters):
+#: they bound the body's JSON and the detector's matcher for a new set of
+#: names (linear in their length, 3.3 ms measured at both limits; see
+#: ``transforms.detect``). OpenAI's own limits are 128 tools and 64
+#: characters.
 MAX_TOOLS = 512
 MAX_TOOL_NAME_CHARS = 256
 
 #: Most inputs in one embeddings request (OpenAI's own limit).
 MAX_EMBEDDING_INPUTS = 2048
+
+#: Deepest nesting of a request body. orjson reads 1024 levels but writes
+#: only 255, and the proxy writes every body it sends (and wraps it in a
+#: few levels of its own: a door's translation, a recording): deeper than
+#: this would be a 500 later, so it is a 400 now. Real bodies (a tool's
+#: schema, content parts) nest a few dozen levels at most.
+MAX_DEPTH = 200
+
+#: orjson's own writing limit (levels).
+_ORJSON_DEPTH = 255
+
+
+def loads_request(raw: bytes) -> Any:
+    """A request body as JSON; RequestError (400) when it is not JSON or
+    nests deeper than ``MAX_DEPTH``."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise RequestError("request body is not valid JSON") from None
+    # As deep as MAX_DEPTH takes as many brackets: most bodies stop here.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        probe: Any = body
+        for _ in range(_ORJSON_DEPTH - MAX_DEPTH):
+            probe = [probe]
+        try:  # one pass in C: fails exactly when the body nests past MAX_DEPTH
+            orjson.dumps(probe)
+        except orjson.JSONEncodeError:
+            raise RequestError(f"request body is nested deeper than {MAX_DEPTH} levels") from None
+    return body
+
+
+#: When the request arrived (its headers read; the event loop's clock), noted
+#: by ``guards.errors_mw``: ``client_timeout`` and ``request_timeout`` count from it.
+ARRIVED: Final = web.RequestKey("streamfix_arrived", float)
+
+
+def arrived(request: web.Request) -> float:
+    """When ``request`` arrived (now, if no middleware noted it)."""
+    t = request.get(ARRIVED)
+    if t is None:
+        t = request[ARRIVED] = asyncio.get_running_loop().time()
+    return t
+
+
+async def read_body(proxy: Proxy, request: web.Request) -> bytes:
+    """The request's body, read within ``client_timeout`` (and
+    ``request_timeout``) of its arrival: a client that sends it slower, or
+    stalls, is a 408 and its connection is closed (``guards.errors_mw``),
+    whatever else it holds. aiohttp bounds neither the body's reading nor
+    its pace; the headers are bounded by the server's keep-alive timeout
+    (``app.run_options``)."""
+    cfg = proxy.cfg
+    limits = [t for t in (cfg.client_timeout, cfg.request_timeout) if t > 0]
+    if not limits:
+        return await request.read()
+    limit = min(limits)
+    try:
+        async with asyncio.timeout_at(arrived(request) + limit):
+            return await request.read()
+    except TimeoutError:
+        raise RequestError(
+            f"the request body did not arrive within {limit:g} s",
+            status=408,
+            code="client_timeout",
+            type_="timeout",
+        ) from None
 
 
 async def read_request(
@@ -38,15 +106,15 @@ async def read_request(
     middleware answers it in OpenAI's shape)."""
     tenant = tenant_label(request)
     try:
-        raw = await request.read()
+        raw = await read_body(proxy, request)
     except web.HTTPRequestEntityTooLarge:
         proxy.count(endpoint, False, 413, tenant)
         raise
+    except RequestError as exc:
+        proxy.count(endpoint, False, exc.status, tenant)
+        raise
     try:
-        return check(orjson.loads(raw))
-    except orjson.JSONDecodeError:
-        proxy.count(endpoint, False, 400, tenant)
-        raise RequestError("request body is not valid JSON") from None
+        return check(loads_request(raw))
     except RequestError as exc:
         proxy.count(endpoint, False, exc.status, tenant)
         raise

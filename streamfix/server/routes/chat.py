@@ -51,12 +51,13 @@ from ...chain import Chain
 from ...context import Context, tools_of
 from ...session import SSESession, error_event
 from ...wire import Door
-from ..caller.replies import calls_in, completion_to_sse, relay_error
+from .. import record
+from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
 from ..proxy import PROXY
-from ..reask import Attempt, named_tool, narrow_to_tool
+from ..reask import Attempt, named_tool, narrow_to_tool, stream_error
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
@@ -119,6 +120,9 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             obj = None
         if not isinstance(obj, dict):
             return ex.not_json("a reply that is not a JSON object")
+        error = ex.error_reply(obj, raw)
+        if error is not None:  # an HTTP 200 that is an error: never an empty reply
+            return error
         fixed, report = _repaired(ex, client_body, obj)
         reason = proxy.ask.reason(att, report, calls_in(fixed))
         if reason is not None:
@@ -126,7 +130,11 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             proxy.ask.next_body(att, reason, ex.sent)
             continue
         proxy.ask.settle(att, calls_in(fixed))
-        reply = scope.named(fixed) if att.door is None else att.door.reply(fixed)
+        if att.door is None:
+            reply = scope.named(fixed)
+        else:
+            record.chat_reply(jsoncodec.dumps(fixed))  # the chat side, for replay
+            reply = att.door.reply(fixed)
         out = web.Response(body=jsoncodec.dumps(reply), headers=ex.headers)
         out.content_type = "application/json"
         return out
@@ -141,8 +149,8 @@ def _repaired(
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.observe(time.perf_counter() - t0)
-    if ctx.report.reasoning and not ex.up.info.reasoning:
-        ex.up.mark_reasoning()
+    if ctx.report.reasoning:
+        ex.up.mark_reasoning(ex.model, ctx.report.prompt_opened_reasoning)
     proxy.count_report(ctx.report)
     return fixed, ctx.report
 
@@ -164,7 +172,7 @@ async def _stream(
                 await client.commit()
                 await client.write(
                     error_event(
-                        f"upstream {ex.up.name} answered HTTP {ex.resp.status}", "upstream_error"
+                        f"upstream {ex.shown} answered HTTP {ex.resp.status}", "upstream_error"
                     )
                 )
                 return client.response
@@ -201,10 +209,10 @@ async def _json_as_stream(
         obj = jsoncodec.loads_lenient(raw)
     except orjson.JSONDecodeError:
         obj = None
-    if not isinstance(obj, dict) or "error" in obj or not isinstance(obj.get("choices"), list):
-        if isinstance(obj, dict) and "error" in obj:
-            ex.scope.proxy.upstream_error(ex.up, "protocol")
-            return relay_error(502, raw, CIMultiDict(), "application/json", ex.up.name)
+    error = ex.error_reply(obj, raw)
+    if error is not None:
+        return error
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return ex.not_json("JSON that is not a completion", "upstream_error")
     ctx = Context.of(client_body, ex.options)
     fixed = Chain(ctx).complete(obj)
@@ -244,14 +252,16 @@ async def _attempt(
         ended = await ex.pump(session, client, ready)
     finally:
         proxy.count_report(session.report)
-        if session.report.reasoning and not up.info.reasoning:
-            up.mark_reasoning()
+        if session.report.reasoning:
+            up.mark_reasoning(ex.model, session.report.prompt_opened_reasoning)
     if session.stopped:
         log.info("cut %s: %s", up.name, session.report.cut)
     if not client.committed and client.held_bytes:
-        # llama.cpp-style overflow reported as an error event in a 200 stream
+        # llama.cpp-style overflow reported as an error event in a 200
+        # stream: the upstream's error events only, never the reply's text
         held = b"".join(client.held)
-        if b"context_length_exceeded" in held and proxy.ask.context_exceeded(up, att, held):
+        error = stream_error(held) if b"context_length_exceeded" in held else None
+        if error is not None and proxy.ask.context_exceeded(up, att, error):
             return Outcome(None if client.gone() else "context")
     if ended.error is None and not client.committed:
         reason = proxy.ask.reason(att, session.report, chain.calls_emitted)

@@ -64,6 +64,9 @@ def _whole(
         obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
     except orjson.JSONDecodeError:
         obj = None
+    error = ex.error_reply(obj, raw)
+    if error is not None:
+        return error
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return ex.not_json("JSON that is not a completion")
     fixed = ex.scope.named(session.complete(obj))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from ...errors import RequestError
@@ -22,7 +21,8 @@ from ...middleware import Handler
 from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
-from ..caller.validate import validate_chat
+from .. import record
+from ..caller.validate import loads_request, read_body, validate_chat
 from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
@@ -57,10 +57,7 @@ async def door_errors_mw(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 async def _json_body(request: web.Request) -> Any:
-    try:
-        return orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        raise RequestError("request body is not valid JSON") from None
+    return loads_request(await read_body(request.app[PROXY], request))
 
 
 def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
@@ -76,6 +73,7 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
             proxy.count(endpoint, False, exc.status, tenant_label(request))
             raise
         proxy.metrics.count_report(door.dropped)
+        record.door(endpoint, door.chat_body)
         return await serve_chat(request, door.chat_body, door)
 
     return handle
@@ -83,21 +81,25 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 
 async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the prompt's size as the proxy
-    estimates it for budgets (``upstream.budget.estimate_prompt_tokens``, scaled by
-    what the model's first row's counts taught it); no upstream call."""
+    estimates it for budgets (``upstream.budget.estimate_prompt_tokens``,
+    scaled by what the model's counts on its first row taught it); no
+    upstream call."""
     body = await _json_body(request)
     if isinstance(body, dict):
         body = {**body, "max_tokens": 1, "stream": False}
     chat = MessagesDoor(body).chat_body
     scope = Scope.of(request, "count_tokens")
-    scale = scope.table.route("chat", chat.get("model"), scope.tenant).rows[0].token_scale
+    row = scope.table.route("chat", chat.get("model"), scope.tenant).rows[0]
+    scale = row.token_scale(row.served(chat.get("model")))
     tokens = max(1, round(estimate_prompt_tokens(chat) * scale))
     return web.json_response({"input_tokens": tokens})
 
 
-def add_doors(app: web.Application) -> None:
+def add_doors(app: web.Application, wrap: Callable[[Handler], Handler] | None = None) -> None:
     """The door routes (the proxy is ``app[PROXY]``); ``door_errors_mw``
-    must be among the app's middlewares, outermost."""
-    app.router.add_post(MESSAGES, door_handler(MessagesDoor, MessagesDoor.endpoint))
-    app.router.add_post(RESPONSES, door_handler(ResponsesDoor, ResponsesDoor.endpoint))
+    must be among the app's middlewares, outermost. ``wrap``: around each
+    door's handler (``--record``)."""
+    for path, door in ((MESSAGES, MessagesDoor), (RESPONSES, ResponsesDoor)):
+        handler = door_handler(door, door.endpoint)
+        app.router.add_post(path, wrap(handler) if wrap is not None else handler)
     app.router.add_post(COUNT_TOKENS, count_tokens)

@@ -29,7 +29,7 @@ CREATED = 0
 def model_card(name: str, kind: str, rows: list[Upstream]) -> dict[str, Any]:
     """One public name as OpenAI lists a model, with what was probed: the
     smallest window among its rows (a request may go to any of them)."""
-    windows = [u.window for u in rows if u.window is not None]
+    windows = [w for u in rows if (w := u.window_for(u.served(name))) is not None]
     dims = [u.dimensions for u in rows if u.dimensions is not None]
     info: dict[str, Any] = {"kind": kind, "context_window": min(windows) if windows else None}
     if kind == "embedding":

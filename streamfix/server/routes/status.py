@@ -1,6 +1,6 @@
-"""``GET /healthz`` (the upstream rows, what was probed and each row's
-state) and ``GET /metrics`` (Prometheus text format). Both are open unless
-``protect_status`` (``caller.guards.auth_mw``).
+"""``GET /healthz`` (the upstream rows, what was probed and learned, and
+each row's state) and ``GET /metrics`` (Prometheus text format). Both are
+open unless ``protect_status`` (``caller.guards.auth_mw``).
 
 ``/healthz``'s ``status``: ``ok`` when every row can serve (its last check
 found it up, or it was not checked yet), ``degraded`` when some cannot,
@@ -32,9 +32,13 @@ async def healthz(request: web.Request) -> web.Response:
             "name": u.cfg.served,
             "kind": u.cfg.kind,
             "resting": u.resting(now),
-            "window": u.window,
+            # a named row: what is known of its model; a catch-all row:
+            # what was configured or probed (what it learned is per client
+            # name, and those names are not listed here)
+            "window": u.window if u.cfg.model is None else u.window_for(u.cfg.model),
             "engine": u.info.engine,
-            "reasoning": u.info.reasoning,
+            "reasoning": u.info.reasoning if u.cfg.model is None else u.reasons(u.cfg.model),
+            "learned_models": len(u.learned),
             **({"dimensions": u.dimensions} if u.cfg.kind == "embedding" else {}),
             "state": c.state,
             **({"problem": c.problem} if c.problem else {}),

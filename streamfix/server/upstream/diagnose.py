@@ -38,22 +38,29 @@ _TAG = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 
-def in_words(exc: BaseException) -> str:
+def in_words(exc: BaseException, address: bool = True) -> str:
     """What a failed request met, said in words (no exception class names
-    unless nothing better is known)."""
+    unless nothing better is known). ``address``: name the host and port
+    (the operator's logs, ``probe``); never in what a client is told, where
+    an upstream's address is not shown (``Scope.shown``)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         os_error = exc.os_error
+        where = f"{exc.host}:{exc.port}"
         if isinstance(os_error, socket.gaierror):
-            return f"host name {exc.host!r} not found"
+            return f"host name {exc.host!r} not found" if address else "host name not found"
         code = getattr(os_error, "errno", None)
         if code == errno.ECONNREFUSED:
-            return f"connection refused (nothing listens on {exc.host}:{exc.port})"
+            return (
+                f"connection refused (nothing listens on {where})"
+                if address
+                else ("connection refused")
+            )
         if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            return f"host {exc.host} unreachable"
+            return f"host {exc.host} unreachable" if address else "host unreachable"
         if code == errno.ETIMEDOUT:
-            return f"connecting to {exc.host}:{exc.port} timed out"
+            return f"connecting to {where} timed out" if address else "connecting timed out"
         reason = getattr(os_error, "strerror", None) or str(os_error)
-        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+        return f"cannot connect to {where}: {reason}" if address else f"cannot connect: {reason}"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection without a reply"
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):

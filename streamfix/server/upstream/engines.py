@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -80,6 +80,9 @@ class UpstreamInfo:
     window: int | None  # context window in tokens, None if unknown
     engine: str | None  # one of ENGINES, None if not recognised
     reasoning: bool = False  # model known/configured to reason before answering
+    #: The model the probe described (the row's, else the first listed):
+    #: what ``reasoning`` is about.
+    model: str | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------
@@ -200,8 +203,14 @@ class _Prober:
     async def run(self, model: str | None) -> UpstreamInfo:
         listing = await self.get(self.base + "/models")
         card = _pick_card(listing, model)
+        listed = card.get("id") if card else None
+        model_id = model or (listed if isinstance(listed, str) else None)
+        info = await self._recognise(card, model_id)
+        info.model = model_id
+        return info
+
+    async def _recognise(self, card: dict[str, Any] | None, model_id: str | None) -> UpstreamInfo:
         owned_by = card.get("owned_by") if card else None
-        model_id = model or (card.get("id") if card else None)
         card_window = _valid_window(card.get("max_model_len")) if card else None
 
         if owned_by in ("vllm", "sglang"):

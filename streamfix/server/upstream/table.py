@@ -16,7 +16,9 @@ reload (SIGHUP) builds a new one and swaps ``Proxy.table``; each request
 takes the table in force when it arrives (its ``Scope``) and keeps it to
 its end, so streams in flight finish on the rows they started with. What
 was probed or learned of a backend (``UpstreamConfig.identity``) carries
-over to the new table.
+over to the new table: the probe, and per served model its window, token
+scale and reasoning (``pool.Learned``), except that a window the new
+configuration sets wins over the learned ones, which are dropped.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ...errors import RequestError
-from ..config import ServerConfig, TenantConfig
+from ..config import ServerConfig, TenantConfig, check_keys
 from .pool import Upstream, UpstreamPool
 
 #: OpenAI's own wording for a model a key cannot use, existing or not.
@@ -89,10 +91,13 @@ class Table:
     def __init__(self, cfg: ServerConfig, previous: Table | None = None) -> None:
         if not cfg.upstreams:
             raise ValueError("at least one upstream is needed")
+        check_keys(cfg)  # however the config was made: no empty key opens a door
         old: dict[tuple[str, str | None, str], Upstream] = {}
         if previous is not None:
             old = {u.cfg.identity: u for u in previous.upstreams}
         self.upstreams: list[Upstream] = [Upstream(c, old.get(c.identity)) for c in cfg.upstreams]
+        for n, up in enumerate(self.upstreams, 1):
+            up.label = up.cfg.served or f"upstream {n}"
         self.pool = UpstreamPool(self.upstreams, rest=cfg.rest)
         self.named: dict[tuple[str, str], list[Upstream]] = {}
         self.catch_all: dict[str, list[Upstream]] = {}
@@ -119,10 +124,11 @@ class Table:
 
     def authenticate(self, token: bytes) -> tuple[bool, TenantConfig | None]:
         """Whether ``token`` is a key of this proxy, and whose. Every key
-        is compared (no early exit: the time does not tell which matched)."""
+        is compared (no early exit: the time does not tell which matched).
+        An empty token (no key sent) is never a key, whatever the table."""
         ok, tenant = False, None
         for key, owner in self.keys:
-            if hmac.compare_digest(token, key):
+            if hmac.compare_digest(token, key) and token:
                 ok, tenant = True, owner
         return ok, tenant
 
