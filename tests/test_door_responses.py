@@ -458,16 +458,16 @@ async def test_max_output_tokens_is_clamped_to_the_window() -> None:
     assert up.chat_requests[0].body["max_tokens"] < 4096
 
 
-async def test_keepalive_while_a_call_is_held_is_an_event(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_keepalive_while_a_call_is_held_is_an_event() -> None:
     """The proxy holds a call written as text until it is whole; meanwhile
     the client sees in_progress events (not comments, which idle timers
     of clients such as Codex do not count)."""
-    from streamfix.server.caller import stream as client_module
-
-    monkeypatch.setattr(client_module, "KEEPALIVE_INTERVAL", 0.02)
     call = hermes("exec_command", {"cmd": "ls"})
     slow = Reply.events(text_stream([call[i : i + 8] for i in range(0, len(call), 8)]), delay=0.01)
-    async with FakeUpstream(slow) as up, AppServer(proxy_app(up.url)) as px:
+    async with (
+        FakeUpstream(slow) as up,
+        AppServer(proxy_app(up.url, keepalive_interval=0.02)) as px,
+    ):
         client = openai.AsyncOpenAI(api_key="k", base_url=px.url, max_retries=0)
         resp, types = await stream_final(client, tools=[EXEC_TOOL])
         await client.close()

@@ -132,7 +132,9 @@ async def test_a_backend_that_needs_streamfix() -> None:
         think = rows[("reasoning", stream)]
         assert "<think> in content" in think.did
         over = rows[("over_window", stream)]
-        assert over.did[0].startswith("HTTP 400: This model's maximum context length is 4096")
+        assert over.did[0].startswith(
+            "HTTP 400 on /chat/completions: This model's maximum context length is 4096"
+        )
         [clamped] = over.fixed
         assert clamped.startswith("max_tokens clamped to ")
         assert 256 <= int(clamped.rsplit(" ", 1)[1]) < WINDOW - 64
@@ -174,7 +176,7 @@ async def test_exit_status_says_whether_the_backend_needs_streamfix(
 
 def test_a_backend_that_is_not_there(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--upstream", refusing_url()]) == 2
-    assert "no reply (ClientConnectorError)" in capsys.readouterr().out
+    assert "no reply: connection refused" in capsys.readouterr().out
 
 
 def test_structured_calls_counts_pieces_and_repeated_names() -> None:

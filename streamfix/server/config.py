@@ -178,6 +178,7 @@ class ServerConfig:
     retries: int = 2
     backoff: float = 0.25
     rest: float = 30.0
+    keepalive_interval: float = 5.0
     log_level: str = "info"
     # recordings (streamfix.server.record)
     record: str | None = None
@@ -260,6 +261,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retries", int, "retry rounds over all upstreams after the first (default 2)", "N"),
     Setting("backoff", float, "first retry delay, doubled each round (default 0.25)", "SECONDS"),
     Setting("rest", float, "how long a failing upstream is skipped (default 30)", "SECONDS"),
+    Setting(
+        "keepalive_interval",
+        float,
+        "seconds between keep-alive comments while output is held (a ping event on "
+        "/v1/messages, in_progress on /v1/responses); 0 = none (default 5)",
+        "SECONDS",
+    ),
     Setting(
         "log_level",
         str,
@@ -542,6 +550,12 @@ def validate(cfg: ServerConfig) -> None:
         raise ConfigError("request_timeout must not be negative (0 = no limit)")
     if cfg.client_timeout < 0:
         raise ConfigError("client_timeout must not be negative (0 = no limit)")
+    for name in ("connect_timeout", "read_timeout"):
+        if not getattr(cfg, name) > 0:  # NaN too
+            raise ConfigError(f"{name} must be more than 0 seconds (got {getattr(cfg, name):g})")
+    for name in ("pool_wait", "backoff", "rest", "probe_interval", "keepalive_interval"):
+        if not getattr(cfg, name) >= 0:
+            raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
     validate_table(cfg)
     from ..errors import PluginError
     from ..plugins import factories

@@ -47,6 +47,7 @@ from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
 from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
+from .upstream.diagnose import in_words, missing_v1, short_body
 from .upstream.engines import engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
@@ -88,9 +89,11 @@ def chain_options(up: Upstream, body: dict[str, Any] | None) -> dict[str, Any]:
     With nothing known, the client's request decides
     (``Options.unopened_reasoning_hold``). The row's user steps
     (``--transform``, loaded once: ``plugins.factories``) run after the
-    built-in repairs."""
+    built-in repairs. Keep-alives are the proxy's, at most one per
+    interval (``caller.stream.KEEPALIVE_INTERVAL``), not the chain's
+    comment per held chunk."""
     body = body or {}
-    opts: dict[str, Any] = {}
+    opts: dict[str, Any] = {"keepalive": False}
     if up.cfg.transforms:
         opts["transforms"] = factories(up.cfg.transforms)
     switch = thinking_switch(body)
@@ -187,7 +190,7 @@ def reply_failed(scope: Scope, up: Upstream, exc: Exception) -> web.Response:
     scope.proxy.upstream_error(up, kind)
     return json_error(
         504 if kind == "timeout" else 502,
-        f"upstream {scope.shown(up)} failed mid-reply: {type(exc).__name__}",
+        f"upstream {scope.shown(up)} failed mid-reply: {in_words(exc, False)}",
         "upstream_error",
         kind,
     )
@@ -215,6 +218,8 @@ class Exchange:
     sent: dict[str, Any] = field(default_factory=dict)
     #: ``options``, once read.
     read_options: dict[str, Any] | None = None
+    #: The path asked for (``/chat/completions``).
+    path: str = ""
 
     @classmethod
     async def open(
@@ -271,7 +276,9 @@ class Exchange:
             order=order,
             rows=eligible,
         )
-        ex = cls(scope, up, resp, sent)
+        ex = cls(scope, up, resp, sent, path=path)
+        if resp.status == 200:
+            proxy.answered(up)
         if recorded:
             record.attempt(
                 up.name,
@@ -332,8 +339,20 @@ class Exchange:
 
     def relayed(self, raw: bytes, status: int | None = None) -> web.Response:
         """This reply's error for the caller (``replies.relay_error``), as
-        ``status`` (default: the reply's own)."""
+        ``status`` (default: the reply's own). A 404 from a row whose URL
+        lacks ``/v1`` says so: the start-up check's hint, where the client
+        sees it."""
         resp = self.resp
+        url = self.up.cfg.url
+        if status is None and resp.status == 404 and missing_v1(url):
+            line = (
+                f"upstream {self.shown} answered HTTP 404 on {self.path}: {short_body(raw)} "
+                "(no /v1? its URL probably lacks /v1: give --upstream …/v1)"
+            )
+            redact = self.scope.redact
+            if redact is not None:
+                line = redact(line.encode()).decode("utf-8", "replace")
+            return json_error(404, line, "upstream_error")
         return relay_error(
             status or resp.status,
             raw,
@@ -388,7 +407,7 @@ class Exchange:
                             await client.commit()
                         else:
                             await client.keepalive_if_due()
-                elif not client.committed:
+                else:  # the chain holds this read (before or after the commit)
                     await client.keepalive_if_due()
                 watch.busy = False
                 if session.finished:
@@ -426,6 +445,8 @@ class Exchange:
             else f"upstream {self.shown} sent an empty stream"
             " (llama.cpp does so when the prompt exceeds its context window)"
         )
+        if got_data:
+            self._log_death(error)
         return error, session.fail(UpstreamProtocolError(error))
 
     def _stream_broke(self, session: StreamSession, exc: Exception) -> tuple[str, bytes]:
@@ -437,5 +458,22 @@ class Exchange:
             return str(exc), session.fail(exc)
         kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "died_midstream"
         proxy.upstream_error(up, kind)
-        error = f"upstream {self.shown} failed mid-stream: {type(exc).__name__}"
+        error = f"upstream {self.shown} failed mid-stream: {in_words(exc, False)}"
+        self._log_death(error)
         return error, session.fail(UpstreamProtocolError(error))
+
+    def _log_death(self, error: str) -> None:
+        """A stream that died after it began: one warning naming the
+        request (endpoint, model, what was sent) and the upstream, since the
+        client only sees an error event."""
+        scope = self.scope
+        body = self.sent.get("body")
+        model = body.get("model") if isinstance(body, dict) else None
+        log.warning(
+            "%s (request: %s %s, model %s, upstream %s)",
+            error,
+            scope.endpoint,
+            self.path,
+            model if model is not None else scope.model,
+            self.up.name,
+        )

@@ -9,6 +9,13 @@ started with, its tenant, its rows) is its ``scope.Scope``, and one
 exchange with an upstream is ``exchange.Exchange``: this module holds only
 what outlives a request.
 
+*Checking* (``probe_all``, at start and every ``probe_interval``): each
+row is asked ``GET /models`` once (``upstream.diagnose.check_row``) and
+one log line says what was found (engine, window, the model names it
+serves) or what is wrong, with a hint (connection refused, ``no /v1?``).
+A row that is down is not refused: it may come up later. ``/healthz``
+reports each row's state (``checks``); a 200 from a row marks it up.
+
 *Reloading* (``reload``, on SIGHUP under ``streamfix serve``): the
 configuration is read again from where it came from; a new table is built
 and swapped in for the requests that start after it. A configuration that
@@ -38,6 +45,7 @@ from .config import ConfigError, ServerConfig
 from .metrics import Metrics
 from .reask import AskAgain
 from .upstream.budget import BudgetPolicy
+from .upstream.diagnose import UNKNOWN, RowCheck, check_row
 from .upstream.engines import probe_upstream
 from .upstream.pool import Upstream
 from .upstream.table import NO_TENANT, Table
@@ -92,6 +100,9 @@ class Proxy:
         #: The loop the app runs on (``lifecycle``): a reload may come from
         #: another thread, its probes are started there.
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: What the last check of each backend found, by ``UpstreamConfig.identity``
+        #: (a reload keeps it for the rows it keeps).
+        self.checks: dict[tuple[str, str | None, str], RowCheck] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -151,8 +162,32 @@ class Proxy:
         ups = self.table.upstreams
         await asyncio.gather(*(self._probe(up) for up in ups if not (only_new and up.probed)))
 
+    def check_of(self, up: Upstream) -> RowCheck:
+        """What the last check of ``up`` found (``unknown`` before one)."""
+        return self.checks.get(up.cfg.identity, UNKNOWN)
+
+    def answered(self, up: Upstream) -> None:
+        """``up`` gave a 200: whatever its check said, it serves."""
+        check = self.checks.get(up.cfg.identity)
+        if check is not None and check.state != "ok":
+            self.checks[up.cfg.identity] = RowCheck("ok", None, check.models)
+
     async def _probe(self, up: Upstream) -> None:
         headers = {"Authorization": f"Bearer {up.cfg.api_key}"} if up.cfg.api_key else {}
+        try:
+            check = await check_row(self.client, up.cfg.url, headers)
+        except Exception as exc:  # a probe must never take the proxy down
+            check = RowCheck("unknown", f"check failed: {type(exc).__name__}")
+        before = self.checks.get(up.cfg.identity)
+        self.checks[up.cfg.identity] = check
+        if check.state == "unreachable":  # nothing more to ask it now
+            if before != check:
+                log.warning(
+                    "upstream %s: %s (the proxy starts anyway; requests are still tried)",
+                    up.name,
+                    check.problem,
+                )
+            return
         try:
             info = await probe_upstream(self.client, up.cfg.url, headers, up.cfg.model)
             if up.cfg.kind == "embedding" and up.dimensions is None:
@@ -161,7 +196,16 @@ class Proxy:
             log.info("probe of %s failed: %s", up.name, type(exc).__name__)
             return
         up.set_info(info)
-        log.info("upstream %s: engine=%s window=%s", up.name, info.engine, up.window)
+        found = [f"engine {info.engine or 'not recognised'}", f"window {up.window or 'unknown'}"]
+        if check.models:
+            shown = ", ".join(check.models[:5]) + (", …" if len(check.models) > 5 else "")
+            found.append(f"serves {shown}")
+        if up.cfg.kind == "embedding":
+            found.append(f"dimensions {up.dimensions or 'unknown'}")
+        if check.problem is not None:
+            log.warning("upstream %s: %s; %s", up.name, check.problem, ", ".join(found))
+        else:
+            log.info("upstream %s: %s", up.name, ", ".join(found))
 
     async def _embedding_size(self, up: Upstream, headers: dict[str, str]) -> int | None:
         """An embedding row's vector size: one embedding of one word."""
@@ -175,11 +219,7 @@ class Proxy:
             if resp.status != 200:
                 return None
             data = orjson.loads(await resp.content.read(EMBED_PROBE_BYTES))
-        try:
-            vector = data["data"][0]["embedding"]
-        except (KeyError, IndexError, TypeError):
-            return None
-        return len(vector) if isinstance(vector, list) else None
+        return embedding_size(data)
 
     # -- reloading ---------------------------------------------------------
 
@@ -282,6 +322,25 @@ class Proxy:
         self.metrics.requests.labels(
             endpoint, "true" if stream else "false", str(status), tenant, model
         ).inc()
+
+
+def embedding_size(data: Any) -> int | None:
+    """The vector size in an embeddings reply, in either shape: OpenAI's
+    (``{"data": [{"embedding": [...]}]}``) or llama.cpp's native one (a
+    list of ``{"embedding": ...}``); an ``embedding`` that is a list of
+    per-token vectors (llama.cpp without pooling) gives one vector's size,
+    not the number of tokens."""
+    items = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items or not isinstance(items[0], dict):
+        return None
+    vector = items[0].get("embedding")
+    if isinstance(vector, list) and vector and isinstance(vector[0], list):
+        vector = vector[0]  # per-token vectors
+    if not isinstance(vector, list) or not vector:
+        return None
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector[:8]):
+        return None
+    return len(vector)
 
 
 PROXY = web.AppKey("streamfix_proxy", Proxy)

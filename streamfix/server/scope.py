@@ -37,7 +37,7 @@ from multidict import CIMultiDictProxy
 from ..errors import RequestError, TransformError
 from ..session import error_event
 from .caller.replies import failure_response, json_error
-from .caller.stream import ClientGone, ClientStream
+from .caller.stream import ClientGone, ClientStream, ModelName
 from .caller.validate import arrived
 from .config import TenantConfig
 from .proxy import PROXY, Proxy
@@ -75,6 +75,9 @@ class Scope:
     #: When the request arrived (the loop's clock): ``--request-timeout``
     #: counts from there, the body's reading included.
     arrived: float | None = None
+    #: The model as the client named it: replies say this name
+    #: (``caller.stream.ModelName``). None when it named none.
+    asked: str | None = None
 
     @classmethod
     def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
@@ -117,11 +120,27 @@ class Scope:
             raise
         self.model = route.model
         self.rows = route.rows
+        self.asked = model if isinstance(model, str) and model else None
         return self.rows
 
     def client(self, request: web.Request, encoder: Any = None) -> ClientStream:
-        """The caller's streamed response, redacted as the table says."""
-        return ClientStream(request, encoder, self.redact)
+        """The caller's streamed response, redacted as the table says, in
+        the model's name as the client asked (a fresh ``ModelName``: each
+        learns its server's name)."""
+        return ClientStream(
+            request,
+            encoder,
+            self.redact,
+            ModelName.of(self.asked),
+            self.proxy.cfg.keepalive_interval,
+        )
+
+    def named(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A whole reply in the model's name as the client asked."""
+        asked, model = self.asked, obj.get("model")
+        if asked is None or not isinstance(model, str) or model == asked:
+            return obj
+        return {**obj, "model": asked}
 
     async def answer(
         self, run: Awaitable[web.StreamResponse], client: ClientStream | None = None

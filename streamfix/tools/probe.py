@@ -15,9 +15,14 @@ field. The window and the engine come from the proxy's own probe
 (``server.upstream.engines.probe_upstream``).
 
 The printed table has one row per request and mode: what the backend did,
-and what a client behind streamfix gets instead. Exit status: 0 when the
-backend needed no repair at all, 1 when streamfix repaired something (the
-backend needs it), 2 when the backend could not be probed.
+and what a client behind streamfix gets instead. A request that got no
+usable reply says why in one line (``server.upstream.diagnose``: connection
+refused, the HTTP status with a short body, not OpenAI-shaped, ``/v1``
+probably missing); an HTML error page is reduced to its title. When the
+first request gets no usable reply in either mode, the rest are not sent.
+The summary counts what answered. Exit status: 0 when the replies that
+came needed no repair, 1 when streamfix repaired something (the backend
+needs it), 2 when nothing answered (the backend could not be probed).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ..chain import Chain
 from ..context import Context, Report
 from ..errors import UpstreamProtocolError
 from ..server.upstream.budget import BudgetPolicy, clamp_request
+from ..server.upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
 from ..server.upstream.engines import probe_upstream, window_from_error
 from ..session import SSESession
 from ..sse import DONE, SSEDecoder
@@ -175,6 +181,9 @@ class Row:
     fixed: list[str] = field(default_factory=list)  # what streamfix repaired
     left: list[str] = field(default_factory=list)  # what stays wrong behind streamfix
     error: str | None = None
+    #: The backend answered as an OpenAI API does (a completion, a stream of
+    #: chunks, or an error in OpenAI's shape).
+    answered: bool = False
 
     @property
     def repaired(self) -> bool:
@@ -193,6 +202,17 @@ class Probe:
     @property
     def needs_streamfix(self) -> bool:
         return any(r.repaired for r in self.rows)
+
+    @property
+    def answered(self) -> int:
+        return sum(r.answered for r in self.rows)
+
+    def problem(self) -> str:
+        """Why the first request without a usable reply got none."""
+        for r in self.rows:
+            if not r.answered:
+                return r.error or "; ".join(r.did) or "no usable reply"
+        return ""
 
 
 def cases(window: int | None) -> list[Case]:
@@ -335,19 +355,25 @@ async def run_case(
     try:
         row.status, reads = await _post(http, url, body, headers)
     except (TimeoutError, aiohttp.ClientError) as exc:
-        row.error = f"{type(exc).__name__}: {exc}"[:120]
-        row.did.append(f"no reply ({type(exc).__name__})")
+        row.error = in_words(exc)
+        if isinstance(exc, TimeoutError):
+            row.error = f"no reply in {REQUEST_TIMEOUT:.0f} s"
+        row.did.append(f"no reply: {row.error}")
         return row
     finally:
         row.seconds = time.perf_counter() - began
     raw = b"".join(reads)
     if row.status != 200:
-        _refused(row, raw, window)
+        _refused(row, raw, window, url)
         return row
     if case.key == "over_window":
         row.did.append("accepted it")
     if stream and not raw.lstrip().startswith(b"{"):
         events = sse_events(raw)
+        if not events and not raw.lstrip().startswith(b"data:"):
+            _not_openai(row, url, "not an event stream", raw)
+            return row
+        row.answered = True
         raw_calls, split, repeated = structured_calls(events)
         if raw_calls:
             row.did.append(f"{raw_calls} structured call(s)")
@@ -375,13 +401,14 @@ async def run_case(
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        row.did.append("reply is not JSON")
+        _not_openai(row, url, "not JSON", raw)
         return row
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+        _not_openai(row, url, "JSON that is not a completion", raw)
+        return row
+    row.answered = True
     if stream:
         row.did.append("answered JSON to a stream")
-    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-        row.did.append("reply is not a completion")
-        return row
     raw_calls = sum(
         len((ch.get("message") or {}).get("tool_calls") or ())
         for ch in obj["choices"]
@@ -395,16 +422,36 @@ async def run_case(
     return row
 
 
-def _refused(row: Row, raw: bytes, window: int | None) -> None:
-    """A non-200 answer: for the over-window request, whether streamfix's
-    budget would have kept it from happening."""
-    text = raw[:300].decode("utf-8", "replace")
+def _not_openai(row: Row, url: str, what: str, raw: bytes) -> None:
+    """An HTTP 200 that is not what an OpenAI API answers."""
+    line = f"HTTP 200 with {what}: {short_body(raw)}"
+    if missing_v1(url):
+        line += f" ({v1_hint(url)})"
+    row.error = f"not OpenAI-shaped ({line})"
+    row.did.append(row.error)
+
+
+def _openai_error(raw: bytes) -> bool:
+    """Whether an error body is an OpenAI-style API's: ``{"error": ...}``,
+    or vLLM's older ``{"object": "error", "message": ...}``."""
     try:
-        err = orjson.loads(raw).get("error")
-        text = str(err.get("message") if isinstance(err, dict) else err)
-    except (orjson.JSONDecodeError, AttributeError):
-        pass
-    row.did.append(f"HTTP {row.status}: {text[:70]}")
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and (obj.get("error") is not None or obj.get("object") == "error")
+
+
+def _refused(row: Row, raw: bytes, window: int | None, url: str) -> None:
+    """A non-200 answer, in one line with its hint (``diagnose``); for the
+    over-window request, whether streamfix's budget would have kept it
+    from happening."""
+    line = status_problem(url, row.status, raw, "/chat/completions")
+    row.did.append(line)
+    # a refusal of the over-window request is an answer; any other error
+    # status means the request taught nothing about the backend
+    row.answered = row.case.key == "over_window" and _openai_error(raw)
+    if not row.answered:
+        row.error = line
     if row.case.key != "over_window":
         row.left.append(f"HTTP {row.status}")
         return
@@ -438,18 +485,20 @@ async def probe(
         info = await probe_upstream(http, url, headers, model)
         if model is None:
             model = await _first_model(http, url, headers)
-        rows = []
+        rows: list[Row] = []
         for case in cases(info.window):
             for stream in (True, False):
                 row = await run_case(http, url, headers, case, model, stream, info.window)
                 rows.append(row)
                 if out is not None:
+                    how = f"{row.seconds:.1f} s" if row.answered else (row.error or "no reply")
                     print(
-                        f"  {case.title}, {'streamed' if stream else 'not streamed'}: "
-                        f"{row.seconds:.1f} s",
+                        f"  {case.title}, {'streamed' if stream else 'not streamed'}: {how}",
                         file=out,
                         flush=True,
                     )
+            if len(rows) == 2 and not any(r.answered for r in rows):
+                break  # the first request got no usable reply: the rest would not either
     return Probe(url, model, info.engine, info.window, rows, time.perf_counter() - began)
 
 
@@ -478,20 +527,45 @@ def render(result: Probe, out: TextIO) -> None:
     print("|---|---|---|---|", file=out)
     for r in result.rows:
         did = "; ".join(r.did) or "fine"
-        behind = "; ".join(r.fixed) if r.fixed else ("nothing to repair" if not r.left else "")
-        if r.left:
+        if not r.answered:
+            behind = "no usable reply"
+        else:
+            behind = "; ".join(r.fixed) if r.fixed else ("nothing to repair" if not r.left else "")
+        if r.left and r.answered:
             behind = "; ".join(filter(None, [behind, "still: " + ", ".join(r.left)]))
         mode = "stream" if r.stream else "json"
-        print(f"| {r.case.title} | {mode} | {did} | {behind} |", file=out)
+        print(f"| {r.case.title} | {mode} | {_cell(did)} | {_cell(behind)} |", file=out)
     print("", file=out)
+    print(verdict(result), file=out)
+
+
+def _cell(text: str) -> str:
+    """A table cell: one line, no column separators."""
+    return " ".join(text.split()).replace("|", "/")
+
+
+def verdict(result: Probe) -> str:
+    """The summary line: what answered, and what that says."""
+    total, answered = len(result.rows), result.answered
     n = sum(r.repaired for r in result.rows)
-    if result.needs_streamfix:
-        print(
-            f"streamfix repaired {n} of {len(result.rows)} replies: this backend needs it.",
-            file=out,
+    if answered == 0:
+        return (
+            f"nothing answered ({result.problem()}): this backend could not be probed. "
+            "The URL should be the server's OpenAI base, ending in /v1."
         )
-    else:
-        print("no reply needed a repair: this backend does not need streamfix.", file=out)
+    missing = total - answered
+    tail = f" ({missing} of {total} requests got no usable reply)" if missing else ""
+    if result.needs_streamfix:
+        return f"streamfix repaired {n} of {answered} replies: this backend needs it.{tail}"
+    if missing:
+        return (
+            f"no reply that came needed a repair, but {missing} of {total} requests got "
+            "no usable reply: not enough to say whether this backend needs streamfix."
+        )
+    return (
+        f"no reply needed a repair ({answered} of {total} answered): "
+        "this backend does not need streamfix."
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -502,7 +576,7 @@ def add_parser(sub: Any) -> None:
             "Send a short scripted set of chat requests straight to a backend, streamed "
             "and not, and print what it did and what streamfix makes of each reply. "
             "Exit status: 0 no repair needed, 1 the backend needs streamfix, "
-            "2 the backend could not be probed."
+            "2 nothing answered (the backend could not be probed)."
         ),
     )
     p.add_argument("--upstream", required=True, metavar="URL", help="base URL ending in /v1")
@@ -514,6 +588,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     print(f"probing {args.upstream} ...", file=sys.stderr, flush=True)
     result = asyncio.run(probe(args.upstream, args.model, args.api_key, sys.stderr))
     render(result, out)
-    if all(r.status == 0 for r in result.rows):
-        return 2  # nothing answered
+    if result.answered == 0:
+        return 2
     return 1 if result.needs_streamfix else 0

@@ -39,6 +39,9 @@ class Door(Protocol):
     dropped: dict[str, int]
     #: The door's name in the metrics (``requests_total{endpoint}``).
     endpoint: str
+    #: The prompt's size in tokens as the proxy estimates it (0: unknown),
+    #: reported when the upstream sends no usage (``TurnEncoder.tokens``).
+    input_estimate: int
 
     def encoder(self) -> Encoder:
         """A fresh encoder for this request's streamed reply."""

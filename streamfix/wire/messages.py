@@ -272,9 +272,10 @@ class MessagesDoor:
             chat["reasoning_effort"] = effort
         self.stream = pass_on(body, chat, ("temperature", "top_p", "top_k"))
         self.chat_body = chat
+        self.input_estimate = 0
 
     def encoder(self) -> MessagesEncoder:
-        return MessagesEncoder(self.model)
+        return MessagesEncoder(self.model, self.input_estimate)
 
     def reply(self, completion: dict[str, Any]) -> dict[str, Any]:
         enc = self.encoder()
@@ -293,8 +294,8 @@ class MessagesEncoder(TurnEncoder):
     non-streamed reply (``message``).
     """
 
-    def __init__(self, model: str) -> None:
-        super().__init__()
+    def __init__(self, model: str, input_estimate: int = 0) -> None:
+        super().__init__(input_estimate)
         self.model = model
         self.id = new_id("msg_")
         self.blocks: list[dict[str, Any]] = []
@@ -399,7 +400,11 @@ class MessagesEncoder(TurnEncoder):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
-                "usage": {"input_tokens": prompt, "output_tokens": completion},
+                "usage": {
+                    "input_tokens": prompt,
+                    "output_tokens": completion,
+                    **self.usage_mark(),
+                },
             },
         )
         self._emit("message_stop", {"type": "message_stop"})
@@ -419,5 +424,5 @@ class MessagesEncoder(TurnEncoder):
             "content": self.blocks,
             "stop_reason": self.stop_reason(),
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion},
+            "usage": {"input_tokens": prompt, "output_tokens": completion, **self.usage_mark()},
         }

@@ -176,6 +176,7 @@ class ResponsesDoor:
             chat["response_format"] = fmt
         self.stream = pass_on(body, chat, ("temperature", "top_p"))
         self.chat_body = chat
+        self.input_estimate = 0
         self.echo = {
             "instructions": body.get("instructions"),
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
@@ -369,7 +370,7 @@ class ResponsesEncoder(TurnEncoder):
     """
 
     def __init__(self, door: ResponsesDoor) -> None:
-        super().__init__()
+        super().__init__(door.input_estimate)
         self.door = door
         self.id = new_id("resp_")
         self.created = int(time.time())
@@ -387,15 +388,14 @@ class ResponsesEncoder(TurnEncoder):
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
         """The response object (``output`` as closed so far)."""
         prompt, completion = self.tokens()
-        usage = None
-        if self.usage:
-            usage = {
-                "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": completion,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": prompt + completion,
-            }
+        usage = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+            **self.usage_mark(),
+        }
         return {
             "id": self.id,
             "object": "response",

@@ -62,6 +62,11 @@ def sse_event(name: str, payload: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + jsoncodec.dumps(payload) + b"\n\n"
 
 
+#: Characters per token of a reply, for the output estimate when the
+#: upstream reports no usage (English prose with BPE tokenizers: about 4).
+OUTPUT_CHARS_PER_TOKEN = 4
+
+
 def new_id(prefix: str) -> str:
     """A fresh id in the door's style (``msg_…``, ``resp_…``, ``fc_…``)."""
     return prefix + os.urandom(12).hex()
@@ -75,8 +80,14 @@ class TurnEncoder:
     error, later input is ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, input_estimate: int = 0) -> None:
         self._sse = SSEDecoder()
+        #: The prompt's estimated tokens (the proxy's), for ``tokens``.
+        self.input_estimate = input_estimate
+        #: Characters of reasoning, text and arguments the turn produced.
+        self.out_chars = 0
+        #: ``tokens`` estimated the usage: the upstream sent none.
+        self.estimated = False
         self.out: list[bytes] = []
         self.over = False
         self.started = False
@@ -150,8 +161,10 @@ class TurnEncoder:
     def _delta(self, delta: DeltaView) -> None:
         reasoning = delta.reasoning_content or delta.reasoning
         if reasoning:
+            self.out_chars += len(reasoning)
             self.on_reasoning(reasoning)
         if delta.content:
+            self.out_chars += len(delta.content)
             self.on_text(delta.content)
         for pos, tc in enumerate(delta.tool_calls or ()):
             index = pos if tc.index is None else tc.index
@@ -161,6 +174,7 @@ class TurnEncoder:
                 name = fn.name if fn is not None and fn.name else ""
                 self.on_call(index, tc.id or new_id("call_"), name)
             if fn is not None and fn.arguments:
+                self.out_chars += len(fn.arguments)
                 self.on_arguments(index, fn.arguments)
 
     def _start(self) -> None:
@@ -193,9 +207,20 @@ class TurnEncoder:
     # -- shared reading of the result --------------------------------------------
 
     def tokens(self) -> tuple[int, int]:
-        """(input, output) tokens from the upstream's usage, 0 when absent."""
+        """(input, output) tokens from the upstream's usage; when it sent
+        none (llama-cpp-python ignores ``include_usage``), estimated: the
+        proxy's prompt estimate and the reply's characters / 4, and
+        ``estimated`` set so the door can mark them (``usage_mark``)."""
         u = self.usage
-        return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+        if "prompt_tokens" in u or "completion_tokens" in u:
+            return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+        self.estimated = True
+        out = -(-self.out_chars // OUTPUT_CHARS_PER_TOKEN)
+        return self.input_estimate, out
+
+    def usage_mark(self) -> dict[str, Any]:
+        """Added to a usage object whose numbers ``tokens`` estimated."""
+        return {"streamfix": {"estimated": True}} if self.estimated else {}
 
 
 # -- request side ---------------------------------------------------------------

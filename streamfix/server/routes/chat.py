@@ -59,6 +59,7 @@ from ..exchange import Exchange
 from ..proxy import PROXY
 from ..reask import Attempt, named_tool, narrow_to_tool, stream_error
 from ..scope import Scope
+from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
 
 log = logging.getLogger("streamfix.server")
@@ -92,6 +93,9 @@ async def serve_chat(
         up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
     if tools:
         await proxy.build_matcher(tools)
+    if door is not None:
+        # the usage a door reports when the upstream sends none
+        door.input_estimate = estimate_prompt_tokens(body)
     att = Attempt(up_body, soft, door, name is not None)
     async with proxy.slot():
         if not stream:
@@ -127,7 +131,7 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             continue
         proxy.ask.settle(att, calls_in(fixed))
         if att.door is None:
-            reply = fixed
+            reply = scope.named(fixed)
         else:
             record.chat_reply(jsoncodec.dumps(fixed))  # the chat side, for replay
             reply = att.door.reply(fixed)

@@ -69,7 +69,7 @@ def _whole(
         return error
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
         return ex.not_json("JSON that is not a completion")
-    fixed = session.complete(obj)
+    fixed = ex.scope.named(session.complete(obj))
     if body.get("stream") is True:  # the client asked for a stream: one event
         out = web.Response(body=encode_data(jsoncodec.dumps(fixed)) + DONE_EVENT)
         out.content_type = "text/event-stream"

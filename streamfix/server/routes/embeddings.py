@@ -1,8 +1,9 @@
 """``POST /v1/embeddings``: routed to the ``kind = "embedding"`` rows of the
 request's model, with the chat path's weights, failover, retries, slots,
 limits and error shapes. Nothing in an embedding needs repair: the reply
-is relayed as the upstream sent it, unless it is an error object sent with
-an HTTP 200 (a 502 with the upstream's message, as on every route)."""
+is relayed as the upstream sent it, its ``model`` said as the client named
+it, unless it is an error object sent with an HTTP 200 (a 502 with the
+upstream's message, as on every route)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..caller.stream import ModelName
 from ..caller.validate import read_request, validate_embeddings
 from ..exchange import Exchange
 from ..proxy import PROXY
@@ -39,6 +41,7 @@ async def _relay(scope: Scope, body: dict[str, Any]) -> web.StreamResponse:
             error = None
         if error is not None:
             return error
-    out = web.Response(body=raw, headers=ex.headers)
+    rename = ModelName.of(scope.asked)  # the reply in the client's name for the model
+    out = web.Response(body=raw if rename is None else rename(raw), headers=ex.headers)
     out.content_type = ex.resp.content_type
     return out

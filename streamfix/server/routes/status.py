@@ -1,6 +1,12 @@
-"""``GET /healthz`` (the upstream rows, what was probed and learned) and ``GET
-/metrics`` (Prometheus text format). Both are open unless
-``protect_status`` (``caller.guards.auth_mw``)."""
+"""``GET /healthz`` (the upstream rows, what was probed and learned, and
+each row's state) and ``GET /metrics`` (Prometheus text format). Both are
+open unless ``protect_status`` (``caller.guards.auth_mw``).
+
+``/healthz``'s ``status``: ``ok`` when every row can serve (its last check
+found it up, or it was not checked yet), ``degraded`` when some cannot,
+``down`` with HTTP 503 when none can: what a readiness check should see.
+Each row carries its ``state`` (``upstream.diagnose.RowCheck``) and, when
+something is wrong, the ``problem`` in words with its hint."""
 
 from __future__ import annotations
 
@@ -16,6 +22,9 @@ from ..scope import Scope
 
 async def healthz(request: web.Request) -> web.Response:
     now = time.monotonic()
+    proxy = request.app[PROXY]
+    rows = Scope.of(request, "healthz").table.upstreams
+    checks = [proxy.check_of(u) for u in rows]
     ups = [
         {
             "url": u.name,
@@ -31,11 +40,18 @@ async def healthz(request: web.Request) -> web.Response:
             "reasoning": u.info.reasoning if u.cfg.model is None else u.reasons(u.cfg.model),
             "learned_models": len(u.learned),
             **({"dimensions": u.dimensions} if u.cfg.kind == "embedding" else {}),
+            "state": c.state,
+            **({"problem": c.problem} if c.problem else {}),
+            **({"serves": list(c.models)} if c.models else {}),
         }
-        for u in Scope.of(request, "healthz").table.upstreams
+        for u, c in zip(rows, checks, strict=True)
     ]
+    serving = sum(c.can_serve for c in checks)
+    status = "ok" if serving == len(checks) else "degraded" if serving else "down"
     return web.json_response(
-        {"status": "ok", "upstreams": ups}, dumps=lambda o: orjson.dumps(o).decode()
+        {"status": status, "upstreams": ups},
+        status=503 if status == "down" else 200,
+        dumps=lambda o: orjson.dumps(o).decode(),
     )
 
 

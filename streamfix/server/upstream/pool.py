@@ -59,6 +59,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from ..config import UpstreamConfig
+from .diagnose import in_words
 from .engines import MAX_WINDOW, MIN_WINDOW, UpstreamInfo
 
 log = logging.getLogger("streamfix.upstreams")
@@ -472,7 +473,7 @@ async def send(
             except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
                 last = _failure(up, 504, f"timed out: {exc}", "timeout")
             except aiohttp.ClientError as exc:
-                last = _failure(up, 502, f"unreachable: {type(exc).__name__}", "connect")
+                last = _failure(up, 502, f"unreachable: {in_words(exc, False)}", "connect")
             else:
                 if resp.status not in RETRYABLE_STATUS:
                     pool.succeeded(up)

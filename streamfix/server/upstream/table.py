@@ -3,7 +3,9 @@ tenants.
 
 A request's ``model`` picks its rows: the rows whose public name it is
 (``UpstreamConfig.served``), or, for a name not in the table, the
-catch-all rows (those with no ``model``, the one-upstream setup). Within
+catch-all rows (those with no ``model``, the one-upstream setup). A name
+of another kind (an embedding model asked for a chat completion) is a 404
+that says what the model is and which endpoint serves it. Within
 those rows the choice is by weight with failover (``pool.send``);
 never across models. A tenant's key reaches only the public names the
 tenant lists; a name it may not use gets the very 404 an unknown name
@@ -57,6 +59,27 @@ def model_not_found(model: str) -> RequestError:
     return RequestError(
         NOT_FOUND.format(model=model), 404, "model", "model_not_found", "invalid_request_error"
     )
+
+
+#: Each kind's endpoint, for the error that names the right one.
+ENDPOINTS: Final = {"chat": "POST /v1/chat/completions", "embedding": "POST /v1/embeddings"}
+
+
+def wrong_kind(model: str, is_kind: str, asked_kind: str) -> RequestError:
+    """A model asked for on another kind's endpoint (only a name the
+    caller may use gets here: a tenant's other names are not found)."""
+    where = ENDPOINTS.get(is_kind, f"a {is_kind} endpoint")
+    return RequestError(
+        f"The model '{model}' is {_a(is_kind)} model, not {_a(asked_kind)} model: use {where}.",
+        404,
+        "model",
+        "model_not_found",
+        "invalid_request_error",
+    )
+
+
+def _a(kind: str) -> str:
+    return ("an " if kind[:1] in "aeiou" else "a ") + kind
 
 
 class Table:
@@ -129,15 +152,19 @@ class Table:
         rows = self.named.get((kind, model))
         if rows:
             return Route(rows, model)
+        other = self._named_elsewhere(kind, model)
+        if other is not None:
+            raise wrong_kind(model, other, kind)
         rows = self.catch_all.get(kind)
-        if rows and not self._named_elsewhere(kind, model):
+        if rows:
             return Route(rows, ANY_MODEL)
         raise model_not_found(model)
 
-    def _named_elsewhere(self, kind: str, model: str) -> bool:
-        """A public name of another kind: an embedding model asked for a
-        chat completion is not the catch-all chat rows' business."""
-        return any(k != kind and name == model for k, name in self.named)
+    def _named_elsewhere(self, kind: str, model: str) -> str | None:
+        """The kind of a public name of another kind: an embedding model
+        asked for a chat completion is not the catch-all chat rows'
+        business, and the caller is told what it is."""
+        return next((k for k, name in self.named if k != kind and name == model), None)
 
     def visible(self, tenant: TenantConfig | None) -> list[tuple[str, str, list[Upstream]]]:
         """The public names this key may use: (name, kind, rows), in the
