@@ -8,6 +8,7 @@ server's output varies between requests even at temperature 0.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import orjson
@@ -324,10 +325,9 @@ def test_streamed_overflow_is_an_error_not_a_blank_turn(
         assert status >= 400
 
 
-def _window(http: httpx.Client, proxy: AppThread) -> int | None:
-    health = http.get(f"{proxy.root_url}/healthz").json()
-    window: int | None = health["upstreams"][0]["window"]
-    return window
+def _row(http: httpx.Client, proxy: AppThread) -> dict[str, Any]:
+    row: dict[str, Any] = http.get(f"{proxy.root_url}/healthz").json()["upstreams"][0]
+    return row
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["not-streamed", "streamed"])
@@ -335,17 +335,20 @@ def test_window_learned_from_the_overflow_error_then_clamped(
     http: httpx.Client, make_proxy: ProxyFactory, relay: RecordingRelay, stream: bool
 ) -> None:
     """``/v1/models`` reports no window; 2048 appears only in the 400
-    ``context_length_exceeded`` message. streamfix learns it there and
-    clamps later requests to it."""
+    ``context_length_exceeded`` message. streamfix learns it there, for
+    this model on this row (a catch-all row: ``/healthz`` counts the
+    models it learned of, not their windows), and clamps later requests
+    for the model to it."""
     proxy = make_proxy()
-    assert _window(http, proxy) is None  # the probe found nothing
+    row = _row(http, proxy)
+    assert row["window"] is None and row["learned_models"] == 0  # the probe found nothing
     overflow = {"model": "smollm2", "messages": [{"role": "user", "content": LONG_TEXT}],
                 "max_tokens": 16}  # fmt: skip
     mark = relay.mark()
     status, _ = post_json(http, proxy.base_url, overflow)
     first = relay.chats_since(mark)[0]
     assert first.status == 400 and b"context_length_exceeded" in first.response
-    assert _window(http, proxy) == 2048
+    assert _row(http, proxy)["learned_models"] == 1
     # a short prompt asking for far more than the window: clamped, answered
     # (``stop`` keeps the reply short whatever the clamp allows)
     ask = {**PLAIN, "max_tokens": 65536, "stop": ["."]}
