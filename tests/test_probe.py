@@ -197,3 +197,41 @@ def test_cases_put_max_tokens_over_the_window() -> None:
     over = {c.key: c for c in cases(2048)}["over_window"]
     assert over.body["max_tokens"] == 4096
     assert {c.key: c for c in cases(None)}["over_window"].body["max_tokens"] == 1_000_000
+
+
+class Silence:
+    """A user step for the probe: every reply's content is dropped."""
+
+    ignores_reasoning = True
+
+    def __init__(self, ctx: Any = None) -> None:
+        pass
+
+    def feed_text(self, text: str) -> bool:
+        return not text
+
+    def feed(self, d: Any) -> None:
+        if d.content:
+            d.content = ""
+
+    def close(self, d: Any) -> None:
+        self.feed(d)
+
+
+async def test_probe_runs_the_chain_with_a_users_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """``streamfix probe --transform``: what the proxy would send with the
+    step, so the step's effect shows in the table."""
+    async with FakeUpstream(handler=good_backend, routes=VLLM_MODELS) as up:
+        plain = await asyncio.to_thread(main, ["probe", "--upstream", up.url])
+        assert "empty reply" not in capsys.readouterr().out
+        code = await asyncio.to_thread(
+            main, ["probe", "--upstream", up.url, "--transform", "tests.test_probe:Silence"]
+        )
+    assert plain == 0 and code == 0  # the backend itself needs no repair
+    assert "| plain answer | stream | fine | still: empty reply |" in capsys.readouterr().out
+
+
+def test_probe_refuses_a_step_it_cannot_load(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["probe", "--upstream", refusing_url(), "--transform", "no_such_module:Step"])
+    assert code == 2
+    assert "no_such_module" in capsys.readouterr().err

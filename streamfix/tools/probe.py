@@ -40,7 +40,7 @@ import orjson
 
 from ..chain import Chain
 from ..context import Context, Report
-from ..errors import UpstreamProtocolError
+from ..errors import PluginError, UpstreamProtocolError
 from ..server.upstream.budget import BudgetPolicy, clamp_request
 from ..server.upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
 from ..server.upstream.engines import probe_upstream, window_from_error
@@ -346,7 +346,11 @@ async def run_case(
     model: str | None,
     stream: bool,
     window: int | None,
+    options: dict[str, Any] | None = None,
 ) -> Row:
+    """One case against the backend; ``options`` go to the chain (user
+    steps: ``--transform``)."""
+    options = options or {}
     row = Row(case, stream)
     body = {**case.body, "temperature": 0, "stream": stream}
     if model:
@@ -382,7 +386,7 @@ async def run_case(
         if repeated:
             row.did.append("name repeated in every delta")
             row.fixed.append("deltas joined once")
-        session = SSESession(body)
+        session = SSESession(body, **options)
         out = []
         try:
             for data in reads:
@@ -416,7 +420,7 @@ async def run_case(
     )
     if raw_calls:
         row.did.append(f"{raw_calls} structured call(s)")
-    ctx = Context.of(body, {})
+    ctx = Context.of(body, options)
     fixed = Chain(ctx).complete(obj)
     _outcome(row, seen_of_completion(fixed), ctx.report, raw_calls)
     return row
@@ -468,11 +472,15 @@ def _refused(row: Row, raw: bytes, window: int | None, url: str) -> None:
 
 
 async def probe(
-    url: str, model: str | None = None, api_key: str | None = None, out: TextIO | None = None
+    url: str,
+    model: str | None = None,
+    api_key: str | None = None,
+    out: TextIO | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Probe:
     """Run every case against ``url`` (an OpenAI base ending in ``/v1``),
     one at a time (a small server serves one at a time); print each row
-    to ``out`` as it is done."""
+    to ``out`` as it is done. ``options``: the chain's (user steps)."""
     url = url.rstrip("/")
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -488,7 +496,7 @@ async def probe(
         rows: list[Row] = []
         for case in cases(info.window):
             for stream in (True, False):
-                row = await run_case(http, url, headers, case, model, stream, info.window)
+                row = await run_case(http, url, headers, case, model, stream, info.window, options)
                 rows.append(row)
                 if out is not None:
                     how = f"{row.seconds:.1f} s" if row.answered else (row.error or "no reply")
@@ -582,11 +590,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--upstream", required=True, metavar="URL", help="base URL ending in /v1")
     p.add_argument("--model", metavar="M", help="model name (default: the first /v1/models lists)")
     p.add_argument("--api-key", metavar="KEY", help="sent as 'Authorization: Bearer KEY'")
+    from .cli import add_plugin_flags
+
+    add_plugin_flags(p)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..plugins import factories
+    from .cli import load_plugins
+
+    try:
+        load_plugins(args.formats)
+        steps = factories(tuple(args.transforms or ()))
+    except PluginError as exc:
+        print(f"streamfix probe: {exc}", file=sys.stderr)
+        return 2
+    options: dict[str, Any] = {"transforms": steps} if steps else {}
     print(f"probing {args.upstream} ...", file=sys.stderr, flush=True)
-    result = asyncio.run(probe(args.upstream, args.model, args.api_key, sys.stderr))
+    result = asyncio.run(probe(args.upstream, args.model, args.api_key, sys.stderr, options))
     render(result, out)
     if result.answered == 0:
         return 2
