@@ -164,7 +164,9 @@ def test_responses_error_is_failed_then_an_error_the_sdk_raises() -> None:
     [
         ("stop", "end_turn", "response.completed"),
         ("length", "max_tokens", "response.incomplete"),
-        ("tool_calls", "tool_use", "response.completed"),
+        # no call was sent: an ordinary end, not tool_use (issue 31)
+        ("tool_calls", "end_turn", "response.completed"),
+        ("content_filter", "refusal", "response.incomplete"),
     ],
 )
 def test_finish_reasons(finish: str, messages_reason: str, responses_type: str) -> None:

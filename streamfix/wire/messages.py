@@ -16,10 +16,15 @@ earlier reasoning anyway).
 Reply side (``MessagesEncoder``, sans-I/O): ``message_start``, ``ping``,
 ``content_block_start/delta/stop`` (``text_delta``, ``input_json_delta``,
 ``thinking_delta``), ``message_delta`` (``stop_reason`` ``end_turn``,
-``tool_use``, ``max_tokens`` for the token limit and for a cut loop;
-usage), ``message_stop``; an upstream failure is an ``error`` event (the
-Anthropic SDK raises it). The event contract is the one the
-anthropic-sdk-python ``MessageStream`` accumulator reads.
+``tool_use`` only when a ``tool_use`` block was sent, ``max_tokens`` for
+the token limit and for a cut loop, ``stop_sequence`` with the matched
+string when the upstream says which of the request's stop sequences
+matched, ``refusal`` for a content filter; usage, where ``input_tokens``
+excludes the upstream's cached prompt tokens, reported as
+``cache_read_input_tokens`` when it sends them), ``message_stop``; an
+upstream failure is an ``error`` event (the Anthropic SDK raises it).
+The event contract is the one the anthropic-sdk-python ``MessageStream``
+accumulator reads.
 """
 
 from __future__ import annotations
@@ -46,8 +51,14 @@ ERROR_TYPES = {
 
 #: Chat finish reason -> Anthropic stop reason. A cut loop ends with
 #: ``length`` too (see ``transforms/repetition.py``): the turn was stopped
-#: short, as by the token limit.
-STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+#: short, as by the token limit. ``tool_calls`` is ``tool_use`` only when
+#: a call was sent (``MessagesEncoder.stop_reason``).
+STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
 
 #: ``thinking.budget_tokens`` -> ``reasoning_effort`` (chat servers take an
 #: effort, not a budget: vLLM, Ollama, LM Studio, llama.cpp).
@@ -273,9 +284,12 @@ class MessagesDoor:
         self.stream = pass_on(body, chat, ("temperature", "top_p", "top_k"))
         self.chat_body = chat
         self.input_estimate = 0
+        self.stops: tuple[str, ...] = tuple(
+            s for s in (stop if isinstance(stop, list) else ()) if isinstance(s, str)
+        )
 
     def encoder(self) -> MessagesEncoder:
-        return MessagesEncoder(self.model, self.input_estimate)
+        return MessagesEncoder(self.model, self.input_estimate, self.stops)
 
     def reply(self, completion: dict[str, Any]) -> dict[str, Any]:
         enc = self.encoder()
@@ -294,9 +308,11 @@ class MessagesEncoder(TurnEncoder):
     non-streamed reply (``message``).
     """
 
-    def __init__(self, model: str, input_estimate: int = 0) -> None:
+    def __init__(self, model: str, input_estimate: int = 0, stops: tuple[str, ...] = ()) -> None:
         super().__init__(input_estimate)
         self.model = model
+        #: The request's ``stop_sequences``: a matched one is reported.
+        self.stops = stops
         self.id = new_id("msg_")
         self.blocks: list[dict[str, Any]] = []
         #: The open block's kind ("thinking", "text", "tool_use") and its
@@ -388,23 +404,44 @@ class MessagesEncoder(TurnEncoder):
         self._block_delta(at, {"type": "input_json_delta", "partial_json": text})
 
     def stop_reason(self) -> str:
-        if any(b["type"] == "tool_use" for b in self.blocks) and self.finish_reason != "length":
+        reason = self.finish_reason or "stop"
+        if reason not in ("length", "content_filter") and self.has_calls:
             return "tool_use"
-        return STOP_REASONS.get(self.finish_reason or "stop", "end_turn")
+        if reason == "tool_calls":  # no call was sent: an ordinary end
+            return "end_turn"
+        if reason == "stop" and self.stop_sequence() is not None:
+            return "stop_sequence"
+        return STOP_REASONS.get(reason, "end_turn")
+
+    def stop_sequence(self) -> str | None:
+        """The request's stop sequence the upstream says it matched."""
+        stop = self.matched_stop
+        if self.finish_reason == "stop" and stop is not None and stop in self.stops:
+            return stop
+        return None
+
+    def usage_object(self) -> dict[str, Any]:
+        """The reply's usage: Anthropic's ``input_tokens`` leaves out the
+        cache reads, which are ``cache_read_input_tokens`` (absent when
+        the upstream sends no count)."""
+        prompt, completion = self.tokens()
+        cached, _ = self.usage_details()
+        usage: dict[str, Any] = {"input_tokens": prompt, "output_tokens": completion}
+        if cached is not None:
+            usage["input_tokens"] = max(0, prompt - cached)
+            usage["cache_read_input_tokens"] = cached
+        usage.update(self.usage_mark())
+        return usage
 
     def on_done(self) -> None:
         self._close_block()
-        prompt, completion = self.tokens()
+        reason = self.stop_reason()
         self._emit(
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
-                "usage": {
-                    "input_tokens": prompt,
-                    "output_tokens": completion,
-                    **self.usage_mark(),
-                },
+                "delta": {"stop_reason": reason, "stop_sequence": self.stop_sequence()},
+                "usage": self.usage_object(),
             },
         )
         self._emit("message_stop", {"type": "message_stop"})
@@ -415,7 +452,6 @@ class MessagesEncoder(TurnEncoder):
 
     def message(self) -> dict[str, Any]:
         """The whole message (the non-streamed reply)."""
-        prompt, completion = self.tokens()
         return {
             "id": self.id,
             "type": "message",
@@ -423,6 +459,6 @@ class MessagesEncoder(TurnEncoder):
             "model": self.model,
             "content": self.blocks,
             "stop_reason": self.stop_reason(),
-            "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion, **self.usage_mark()},
+            "stop_sequence": self.stop_sequence(),
+            "usage": self.usage_object(),
         }

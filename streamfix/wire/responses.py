@@ -34,8 +34,15 @@ text ``content_part.added`` / ``.done`` and ``output_text.delta`` /
 ``custom_tool_call_input.*``), for reasoning ``reasoning_text.delta`` /
 ``.done``; a keep-alive while the proxy holds output is another
 ``response.in_progress``; then ``response.completed`` with usage, ``response.incomplete``
-when the token limit or a cut loop ended the turn, ``response.failed`` and
-an ``error`` event (the OpenAI SDK raises it) when the upstream failed.
+when the token limit or a cut loop ended the turn (``incomplete_details``
+``{"reason": "max_output_tokens"}``) or a content filter did (reason
+``content_filter``), ``response.failed`` and an ``error`` event (the
+OpenAI SDK raises it) when the upstream failed. The non-streamed reply is
+the object the last event carries. Usage details (``cached_tokens``,
+``reasoning_tokens``) are the upstream's; a details object is ``null``
+when it sent no count (unknown, not zero). ``reshape_error`` gives every
+error answered on the door's path OpenAI's shape (Ollama and llama.cpp
+answer ``{"error": "text"}``, which the SDK cannot read).
 Every event has a ``sequence_number``. The contract is what
 openai-python's ``ResponseStreamState`` accumulator reads.
 """
@@ -66,6 +73,46 @@ _TEXT_HEAD = (
     b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
     b'"item_id":"%s","output_index":%d,"content_index":0,"logprobs":[],"delta":'
 )
+
+
+#: Chat finish reason -> ``incomplete_details.reason`` (a cut loop ends
+#: with ``length`` too). Any other finish completes the response.
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+#: HTTP status -> OpenAI error type.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def reshape_error(status: int, body: bytes) -> bytes:
+    """An error body in OpenAI's shape (``{"error": {"message", "type",
+    "param", "code"}}``): an OpenAI-shaped one keeps its fields, a bare
+    ``{"error": "text"}`` (Ollama, llama.cpp) or a non-JSON body becomes
+    the message."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return body
+    if isinstance(err, str):
+        message = err
+    elif isinstance(obj, dict) and isinstance(obj.get("message"), str):
+        message = obj["message"]
+    else:
+        message = body.decode("utf-8", "replace")[:500] or f"HTTP {status}"
+    type_ = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    shaped = {"message": message, "type": type_, "param": None, "code": None}
+    return orjson.dumps({"error": shaped})
 
 
 def _add(counts: dict[str, int], kind: str) -> None:
@@ -388,14 +435,16 @@ class ResponsesEncoder(TurnEncoder):
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
         """The response object (``output`` as closed so far)."""
         prompt, completion = self.tokens()
+        cached, reasoning = self.usage_details()
         usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": None if cached is None else {"cached_tokens": cached},
             "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": None if reasoning is None else {"reasoning_tokens": reasoning},
             "total_tokens": prompt + completion,
             **self.usage_mark(),
         }
+        reason = INCOMPLETE_REASONS.get(self.finish_reason or "")
         return {
             "id": self.id,
             "object": "response",
@@ -405,7 +454,7 @@ class ResponsesEncoder(TurnEncoder):
             "output": list(self.output),
             "usage": usage if status in ("completed", "incomplete") else None,
             "error": None,
-            "incomplete_details": None,
+            "incomplete_details": {"reason": reason} if status == "incomplete" else None,
             "tools": [],
             "store": False,
             "text": {"format": {"type": "text"}},
@@ -550,17 +599,12 @@ class ResponsesEncoder(TurnEncoder):
             )
 
     def final_status(self) -> str:
-        return "incomplete" if self.finish_reason == "length" else "completed"
+        return "incomplete" if self.finish_reason in INCOMPLETE_REASONS else "completed"
 
     def on_done(self) -> None:
         status = self.final_status()
-        self._close_item("incomplete" if status == "incomplete" else "completed")
-        if status == "incomplete":
-            details = {"reason": "max_output_tokens"}
-            response = self.response(status, incomplete_details=details)
-            self._emit("response.incomplete", {"response": response})
-        else:
-            self._emit("response.completed", {"response": self.response(status)})
+        self._close_item(status)
+        self._emit(f"response.{status}", {"response": self.response(status)})
 
     def on_error(self, message: str, type_: str, code: Any) -> None:
         self._close_item("incomplete")

@@ -7,6 +7,16 @@ text, the finish reason, usage, an error, the end. A door's encoder is a
 subclass that turns those hooks into its own events. Only choice 0 is
 read: neither the Responses nor the Messages API has ``n``.
 
+What the hooks are told is made consistent here, for both doors: a call
+id already used in the turn is renamed (``dup``, then ``dup_2``,
+``dup_3``…: the next turn's results must match their calls, and Anthropic
+refuses duplicate ``tool_use`` ids); ``has_calls`` says whether any call
+was sent, so a ``tool_calls`` finish with no call is not reported as one;
+``matched_stop`` is the stop string the upstream says it matched (vLLM's
+and SGLang's ``stop_reason`` on the choice); ``usage_details`` reads the
+cached and reasoning token counts when the upstream sends them (``None``
+when it does not: a door reports them absent, never as zero).
+
 The bytes fed are the proxy's own output (the chain's, or its error
 events), so they are well-formed; anything else is skipped, not raised.
 The request-side helpers at the bottom (system messages, ids) are the
@@ -27,12 +37,19 @@ from ..errors import RequestError
 from ..sse import DONE, SSEDecoder, SSEEvent
 
 
-class _TurnView(msgspec.Struct, gc=False):
-    """What the encoders read of a chunk: the chain's views of the choices
-    (``chunks.ChoiceView``), and usage and error, which the chain does not
-    own. Other fields are skipped by the decoder, never materialised."""
+class _TurnChoice(ChoiceView, gc=False):
+    """A choice as the encoders read it: the chain's view, and vLLM's and
+    SGLang's ``stop_reason`` (the stop string or token id that matched)."""
 
-    choices: list[ChoiceView] | None = None
+    stop_reason: str | int | None = None
+
+
+class _TurnView(msgspec.Struct, gc=False):
+    """What the encoders read of a chunk: the choices (``_TurnChoice``),
+    and usage and error, which the chain does not own. Other fields are
+    skipped by the decoder, never materialised."""
+
+    choices: list[_TurnChoice] | None = None
     usage: dict[str, Any] | None = None
     error: Any = None
 
@@ -54,7 +71,10 @@ def _view(payload: bytes) -> _TurnView | None:
             return None
         usage = obj.get("usage")
         view = view_of(obj)
-        return _TurnView(view.choices, usage if isinstance(usage, dict) else None, view.error)
+        choices = [
+            _TurnChoice(c.index, c.delta, c.message, c.finish_reason) for c in view.choices or ()
+        ]
+        return _TurnView(choices, usage if isinstance(usage, dict) else None, view.error)
 
 
 def sse_event(name: str, payload: dict[str, Any]) -> bytes:
@@ -95,6 +115,11 @@ class TurnEncoder:
         self.usage: dict[str, Any] = {}
         #: Tool-call indexes seen, so a repeated index continues its call.
         self._calls: set[int] = set()
+        #: Call ids sent in this turn, so a repeated one is renamed.
+        self._ids: set[str] = set()
+        #: The stop string the upstream matched (``stop_reason`` on the
+        #: choice, vLLM and SGLang), when it ended with ``stop``.
+        self.matched_stop: str | None = None
 
     # -- input -------------------------------------------------------------
 
@@ -116,6 +141,9 @@ class TurnEncoder:
                 if ch.message is not None:
                     self._delta(ch.message)
                 self.finish_reason = ch.finish_reason or self.finish_reason
+        for raw in completion.get("choices") or ():
+            if isinstance(raw, dict) and raw.get("index", 0) == 0:
+                self._stopped_by(raw.get("stop_reason"))
         usage = completion.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -157,6 +185,11 @@ class TurnEncoder:
                 self._delta(ch.delta)
             if ch.finish_reason:
                 self.finish_reason = ch.finish_reason
+                self._stopped_by(ch.stop_reason)
+
+    def _stopped_by(self, stop: Any) -> None:
+        # a token id (an int) is no stop sequence the client can be told of
+        self.matched_stop = stop if isinstance(stop, str) and stop else None
 
     def _delta(self, delta: DeltaView) -> None:
         reasoning = delta.reasoning_content or delta.reasoning
@@ -172,10 +205,28 @@ class TurnEncoder:
             if index not in self._calls:
                 self._calls.add(index)
                 name = fn.name if fn is not None and fn.name else ""
-                self.on_call(index, tc.id or new_id("call_"), name)
+                self.on_call(index, self._unique(tc.id or new_id("call_")), name)
             if fn is not None and fn.arguments:
                 self.out_chars += len(fn.arguments)
                 self.on_arguments(index, fn.arguments)
+
+    def _unique(self, call_id: str) -> str:
+        """``call_id``, or when the turn already sent it, the first of
+        ``call_id_2``, ``call_id_3``… not yet sent (deterministic, so a
+        replayed turn gets the same ids)."""
+        if call_id in self._ids:
+            n = 2
+            while f"{call_id}_{n}" in self._ids:
+                n += 1
+            call_id = f"{call_id}_{n}"
+        self._ids.add(call_id)
+        return call_id
+
+    @property
+    def has_calls(self) -> bool:
+        """Whether the turn sent a tool call (a ``tool_calls`` finish
+        without one is an ordinary end)."""
+        return bool(self._calls)
 
     def _start(self) -> None:
         if not self.started:
@@ -213,14 +264,34 @@ class TurnEncoder:
         ``estimated`` set so the door can mark them (``usage_mark``)."""
         u = self.usage
         if "prompt_tokens" in u or "completion_tokens" in u:
+            # reset: an in-progress object asked before the usage came
+            self.estimated = False
             return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
         self.estimated = True
         out = -(-self.out_chars // OUTPUT_CHARS_PER_TOKEN)
         return self.input_estimate, out
 
+    def usage_details(self) -> tuple[int | None, int | None]:
+        """(cached prompt tokens, reasoning tokens) as the upstream reported
+        them (``prompt_tokens_details.cached_tokens``,
+        ``completion_tokens_details.reasoning_tokens``); ``None`` for a
+        count it did not send: unknown is not zero."""
+        return (
+            _detail(self.usage, "prompt_tokens_details", "cached_tokens"),
+            _detail(self.usage, "completion_tokens_details", "reasoning_tokens"),
+        )
+
     def usage_mark(self) -> dict[str, Any]:
         """Added to a usage object whose numbers ``tokens`` estimated."""
         return {"streamfix": {"estimated": True}} if self.estimated else {}
+
+
+def _detail(usage: dict[str, Any], group: str, key: str) -> int | None:
+    details = usage.get(group)
+    value = details.get(key) if isinstance(details, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 # -- request side ---------------------------------------------------------------

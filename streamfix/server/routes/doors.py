@@ -6,7 +6,9 @@ shape), and hands both to ``routes.chat.serve_chat``: the same budgets,
 failover, asking again and repair chain as ``/v1/chat/completions``, with
 the reply encoded by the door. ``door_errors_mw`` gives every error
 answered on a door's path (the proxy's own, an upstream's relayed one, a
-401 from the key check) that door's error shape.
+401 from the key check) that door's error shape: Anthropic's on the
+Messages paths, OpenAI's on the Responses path (an upstream's bare
+``{"error": "text"}``, as Ollama and llama.cpp answer, reshaped too).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ...middleware import Handler
 from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
+from ...wire.responses import reshape_error as reshape_openai_error
 from .. import record
 from ..caller.validate import loads_request, read_body, validate_chat
 from ..proxy import PROXY, Proxy
@@ -37,6 +40,7 @@ COUNT_TOKENS = "/v1/messages/count_tokens"
 ERROR_SHAPES: dict[str, Callable[[int, bytes], bytes]] = {
     MESSAGES: reshape_error,
     COUNT_TOKENS: reshape_error,
+    RESPONSES: reshape_openai_error,
 }
 
 
