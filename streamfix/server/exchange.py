@@ -35,6 +35,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .. import jsoncodec
 from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
 from ..plugins import factories
@@ -370,6 +371,28 @@ class Exchange:
             return None
         self.scope.proxy.upstream_error(self.up, "protocol")
         return self.relayed(raw, 502)
+
+    def completion(
+        self,
+        raw: bytes,
+        what: str = "JSON that is not a completion",
+        type_: str = "upstream_protocol_error",
+        choices: bool = True,
+    ) -> dict[str, Any]:
+        """The whole reply ``raw`` as a completion, read as the SDKs read it.
+        An error object in an HTTP 200, or JSON that is not ``what`` it
+        should be (an object, with ``choices`` when ``choices``), raises
+        ``Answered`` with the 502 to answer."""
+        try:
+            obj = jsoncodec.loads_lenient(raw)
+        except orjson.JSONDecodeError:
+            obj = None
+        error = self.error_reply(obj, raw)
+        if error is not None:  # an HTTP 200 that is an error: never an empty reply
+            raise Answered(error)
+        if not isinstance(obj, dict) or (choices and not isinstance(obj.get("choices"), list)):
+            raise Answered(self.not_json(what, type_))
+        return obj
 
     def not_json(self, what: str, type_: str = "upstream_protocol_error") -> web.Response:
         """A reply that is not the JSON ``what`` it should be: counted, 502."""

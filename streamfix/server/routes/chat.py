@@ -42,7 +42,6 @@ import time
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -114,15 +113,7 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
             if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
                 continue
             return ex.relayed(raw)
-        try:
-            obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
-        except orjson.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            return ex.not_json("a reply that is not a JSON object")
-        error = ex.error_reply(obj, raw)
-        if error is not None:  # an HTTP 200 that is an error: never an empty reply
-            return error
+        obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
         fixed, report = _repaired(ex, client_body, obj)
         reason = proxy.ask.reason(att, report, calls_in(fixed))
         if reason is not None:
@@ -205,15 +196,7 @@ async def _stream(
 async def _json_as_stream(
     ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any]
 ) -> web.StreamResponse:
-    try:
-        obj = jsoncodec.loads_lenient(raw)
-    except orjson.JSONDecodeError:
-        obj = None
-    error = ex.error_reply(obj, raw)
-    if error is not None:
-        return error
-    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-        return ex.not_json("JSON that is not a completion", "upstream_error")
+    obj = ex.completion(raw, type_="upstream_error")
     ctx = Context.of(client_body, ex.options)
     fixed = Chain(ctx).complete(obj)
     ex.scope.proxy.count_report(ctx.report)

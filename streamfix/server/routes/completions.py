@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from ... import jsoncodec
@@ -60,15 +59,7 @@ def _whole(
     ex: Exchange, session: CompletionSession, body: dict[str, Any], raw: bytes
 ) -> web.StreamResponse:
     """A non-streamed reply (or one that ignored ``stream``), cut whole."""
-    try:
-        obj = jsoncodec.loads_lenient(raw)  # as the SDKs read it
-    except orjson.JSONDecodeError:
-        obj = None
-    error = ex.error_reply(obj, raw)
-    if error is not None:
-        return error
-    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-        return ex.not_json("JSON that is not a completion")
+    obj = ex.completion(raw)
     fixed = ex.scope.named(session.complete(obj))
     if body.get("stream") is True:  # the client asked for a stream: one event
         out = web.Response(body=encode_data(jsoncodec.dumps(fixed)) + DONE_EVENT)
