@@ -75,7 +75,7 @@ def _unglue(name: str, tools: Mapping[str, ToolSpec]) -> str:
 FORMATS: list[Format] = [Harmony()]
 
 
-# Harmony's channels (openai/harmony ``docs/format.md``; vLLM
+# Harmony's channels (the openai/harmony format documentation; vLLM
 # ``reasoning/gptoss_reasoning_parser.py``): ``analysis`` is reasoning and
 # ends at ``<|end|>``; ``final`` is the answer; a ``commentary`` message with
 # no recipient is a preamble the user sees (content); one addressed

@@ -53,9 +53,8 @@ from ..jsoncodec import loads_lenient
 from ..plugins import factories
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
-from ..sse import DONE, SSEDecoder
 from ..text_session import CompletionSession
-from .seen import Seen, assemble, describe
+from .seen import Seen, assemble, chunks_of, describe
 
 #: The repairs ``--without`` can switch off (``Options``' switches).
 REPAIRS = ("lift", "strip", "split_reasoning", "repetition")
@@ -136,20 +135,8 @@ def _text_choices(seen: Seen, choices: Any) -> None:
 def assemble_text(data: bytes) -> Seen:
     """A streamed text completion as a client joins it: each choice's text."""
     seen = Seen()
-    dec = SSEDecoder()
-    for ev in dec.feed(data) + dec.close():
-        if ev.data is None:
-            continue
-        if ev.data == DONE:
-            seen.done = True
-            continue
-        obj = loads_lenient(ev.data)
-        seen.chunks += 1
-        if isinstance(obj, dict) and "error" in obj:
-            err = obj["error"]
-            seen.errors.append(str(err.get("message") if isinstance(err, dict) else err))
-            continue
-        _text_choices(seen, obj.get("choices") if isinstance(obj, dict) else None)
+    for obj in chunks_of(data, seen):
+        _text_choices(seen, obj.get("choices"))
     return seen
 
 

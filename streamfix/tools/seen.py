@@ -4,6 +4,7 @@ print it: shared by ``demo``, ``probe`` and ``replay``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +42,10 @@ class Seen:
     ext: dict[str, Any] | None = None  # the "streamfix" field of a finish
 
 
-def assemble(data: bytes) -> Seen:
-    """Merge deltas as the OpenAI SDK does (strings concatenated by index)."""
-    seen = Seen()
+def chunks_of(data: bytes, seen: Seen) -> Iterator[dict[str, Any]]:
+    """The chunk objects of a stream as a client reads them (leniently, as
+    the SDKs do); ``[DONE]``, the chunk count and error events go into
+    ``seen``."""
     dec = SSEDecoder()
     for ev in dec.feed(data) + dec.close():
         if ev.data is None:
@@ -53,9 +55,18 @@ def assemble(data: bytes) -> Seen:
             continue
         obj = loads_lenient(ev.data)  # as the SDK reads it
         seen.chunks += 1
-        if "error" in obj:
-            seen.errors.append(str(obj["error"].get("message")))
+        if isinstance(obj, dict) and "error" in obj:
+            err = obj["error"]
+            seen.errors.append(str(err.get("message") if isinstance(err, dict) else err))
             continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def assemble(data: bytes) -> Seen:
+    """Merge deltas as the OpenAI SDK does (strings concatenated by index)."""
+    seen = Seen()
+    for obj in chunks_of(data, seen):
         for ch in obj.get("choices") or ():
             delta = ch.get("delta") or {}
             seen.content += delta.get("content") or ""
