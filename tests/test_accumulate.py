@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 import streamfix
 
-from .support.streamutil import CAPTURES, assemble, chunk, run_sse, split_at, sse, tool
+from .support.streamutil import (
+    CAPTURES,
+    assemble,
+    run_sse,
+    split_at,
+    stream_of,
+    tc,
+    tool,
+)
 
 WEATHER = {"tools": [tool("get_weather", {"city": {"type": "string"}})]}
 TWO = {
@@ -21,34 +29,6 @@ TWO = {
         tool("get_time", {"tz": {"type": "string"}, "days": {"type": "integer"}}),
     ]
 }
-
-
-def tc(
-    index: int | None = None,
-    id: str | None = None,
-    name: str | None = None,
-    args: str | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if index is not None:
-        out["index"] = index
-    if id is not None:
-        out["id"] = id
-        out["type"] = "function"
-    fn: dict[str, Any] = {}
-    if name is not None:
-        fn["name"] = name
-    if args is not None:
-        fn["arguments"] = args
-    if fn:
-        out["function"] = fn
-    return out
-
-
-def stream_of(*pieces: list[dict[str, Any]], finish: str = "tool_calls") -> bytes:
-    return sse(
-        [chunk(role="assistant")] + [chunk(tool_calls=p) for p in pieces] + [chunk(finish=finish)]
-    )
 
 
 def test_id_and_name_only_in_the_first_piece() -> None:

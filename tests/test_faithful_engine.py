@@ -19,39 +19,11 @@ from hypothesis import strategies as st
 
 import streamfix
 
-from .support.streamutil import assemble, chunk, run_sse, split_at, sse, tool
+from .support.streamutil import assemble, chunk, run_sse, split_at, sse, stream_of, tc, tool
 from .support.upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 
 WEATHER = tool("get_weather", {"city": {"type": "string"}})
 TWO = {"tools": [WEATHER, tool("get_time", {"tz": {"type": "string"}})]}
-
-
-def tc(
-    index: int | None = 0,
-    id: str | None = None,
-    name: str | None = None,
-    args: str | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if index is not None:
-        out["index"] = index
-    if id is not None:
-        out["id"] = id
-        out["type"] = "function"
-    fn: dict[str, Any] = {}
-    if name is not None:
-        fn["name"] = name
-    if args is not None:
-        fn["arguments"] = args
-    if fn:
-        out["function"] = fn
-    return out
-
-
-def stream_of(*pieces: list[dict[str, Any]], finish: str = "tool_calls") -> bytes:
-    return sse(
-        [chunk(role="assistant")] + [chunk(tool_calls=p) for p in pieces] + [chunk(finish=finish)]
-    )
 
 
 def pairs(calls: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:

@@ -226,3 +226,34 @@ def fix_text(
 ) -> Assembled:
     """Convenience: content pieces -> upstream stream -> streamfix -> assembled."""
     return assemble(run_sse(text_stream(pieces, finish), request, **options))
+
+
+def tc(
+    index: int | None = None,
+    id: str | None = None,
+    name: str | None = None,
+    args: str | None = None,
+) -> dict[str, Any]:
+    """One structured tool-call fragment as servers stream it (only the
+    keys given)."""
+    out: dict[str, Any] = {}
+    if index is not None:
+        out["index"] = index
+    if id is not None:
+        out["id"] = id
+        out["type"] = "function"
+    fn: dict[str, Any] = {}
+    if name is not None:
+        fn["name"] = name
+    if args is not None:
+        fn["arguments"] = args
+    if fn:
+        out["function"] = fn
+    return out
+
+
+def stream_of(*pieces: list[dict[str, Any]], finish: str = "tool_calls") -> bytes:
+    """A stream of tool-call fragments, one chunk per list, then ``finish``."""
+    return sse(
+        [chunk(role="assistant")] + [chunk(tool_calls=p) for p in pieces] + [chunk(finish=finish)]
+    )
