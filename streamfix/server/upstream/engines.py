@@ -99,12 +99,23 @@ def _valid_window(value: Any) -> int | None:
     return n if MIN_WINDOW <= n <= MAX_WINDOW else None
 
 
-def _roots(base_url: str) -> tuple[str, str]:
+def roots(base_url: str) -> tuple[str, str]:
     """(OpenAI base, server root): ``http://h:8000/v1`` -> both; the engines'
-    native endpoints (``/props``, ``/api/...``) live at the root."""
+    native endpoints (``/props``, ``/api/...``, ``/tokenize``) live at the root."""
     base = base_url.rstrip("/")
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     return base, root
+
+
+async def json_reply(resp: aiohttp.ClientResponse) -> Any:
+    """The decoded JSON of a 200 answer, read within ``MAX_PROBE_BYTES``;
+    None for another status or a larger body (a JSON error raises)."""
+    if resp.status != 200:
+        return None
+    data = await resp.content.read(MAX_PROBE_BYTES + 1)
+    if len(data) > MAX_PROBE_BYTES:
+        return None
+    return orjson.loads(data)
 
 
 class _Prober:
@@ -112,7 +123,7 @@ class _Prober:
         self, session: aiohttp.ClientSession, base_url: str, headers: Mapping[str, str]
     ) -> None:
         self.session = session
-        self.base, self.root = _roots(base_url)
+        self.base, self.root = roots(base_url)
         self.headers = dict(headers)
         self.timeout = aiohttp.ClientTimeout(total=PROBE_REQUEST_TIMEOUT)
 
@@ -124,12 +135,7 @@ class _Prober:
             async with self.session.request(
                 method, url, headers=self.headers, json=json_body, timeout=self.timeout
             ) as resp:
-                if resp.status != 200:
-                    return None
-                data = await resp.content.read(MAX_PROBE_BYTES + 1)
-                if len(data) > MAX_PROBE_BYTES:
-                    return None
-                return orjson.loads(data)
+                return await json_reply(resp)
         except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, ValueError):
             return None
 

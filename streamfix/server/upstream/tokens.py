@@ -31,7 +31,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
-from .engines import MAX_PROBE_BYTES
+from .engines import json_reply, roots
 
 #: Engines whose server counts a prompt's tokens.
 COUNTING: Final = frozenset({"vllm", "llamacpp"})
@@ -41,21 +41,11 @@ COUNTING: Final = frozenset({"vllm", "llamacpp"})
 COUNT_TIMEOUT: Final = 1.0
 
 
-def _root(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
 async def _post(
     session: aiohttp.ClientSession, url: str, payload: Any, headers: Mapping[str, str]
 ) -> Any:
     async with session.post(url, json=payload, headers=headers) as resp:
-        if resp.status != 200:
-            return None
-        data = await resp.content.read(MAX_PROBE_BYTES + 1)
-        if len(data) > MAX_PROBE_BYTES:
-            return None
-        return orjson.loads(data)
+        return await json_reply(resp)
 
 
 async def count_prompt(
@@ -69,7 +59,7 @@ async def count_prompt(
     engine that counts, no answer in time, an answer not understood)."""
     if engine not in COUNTING or not isinstance(body.get("messages"), list):
         return None
-    root = _root(base_url)
+    root = roots(base_url)[1]
     try:
         async with asyncio.timeout(COUNT_TIMEOUT):
             count = await _count(session, engine, root, body, headers)
