@@ -294,9 +294,7 @@ class JsonOutput:
             rest = rw.close(cut)
             self._sent.append(rest)
             tail = rw.tail
-            if tail and not tail.strip():
-                rest += tail  # blanks after the value, as they came
-            elif tail.strip():
+            if tail.strip():
                 kind = "json_fence" if _FENCE_CLOSE.match(tail) else "json_prose"
                 report.count(kind)
             text += rest

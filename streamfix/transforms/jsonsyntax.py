@@ -31,8 +31,8 @@ a string value's characters leave as they come (an escape waits for its
 last character). So what ``feed`` has released plus what ``close`` adds is
 always strict JSON, at any split of the input: the state is per character,
 and runs of plain characters are taken with one regex match (cost O(piece)).
-After the top-level value, the rest (``tail``) is kept, not released:
-the caller decides (trailing blanks kept, a closing fence or prose dropped).
+After the top-level value, blanks are released and the rest (``tail``)
+is kept, not released: the caller drops a closing fence or prose.
 """
 
 from __future__ import annotations
@@ -110,13 +110,12 @@ class JsonRewriter:
         if self.error is not None:
             return ""
         if self.done:
-            self._add_tail(text)
-            return ""
+            return self._after(text, [])
         out: list[str] = []
         i, n = 0, len(text)
         while i < n:
             if self.done:
-                self._add_tail(text[i:])
+                self._after(text[i:], out)
                 break
             if self._quote:
                 i = self._string(text, i, out)
@@ -175,6 +174,19 @@ class JsonRewriter:
         return "".join(out)
 
     # -- pieces ----------------------------------------------------------
+
+    def _after(self, text: str, out: list[str]) -> str:
+        """Text after the top-level value: blanks right after it are
+        released (valid JSON keeps them), anything from the first other
+        character on is ``tail``."""
+        if not self.tail:
+            m = _WS_RUN.match(text)
+            if m is not None:
+                out.append(m.group())
+                text = text[m.end() :]
+        if text:
+            self._add_tail(text)
+        return "".join(out)
 
     def _add_tail(self, text: str) -> None:
         if len(self.tail) < MAX_TAIL:
