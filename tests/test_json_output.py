@@ -119,7 +119,7 @@ def test_no_response_format_is_never_touched(case: dict[str, Any]) -> None:
     data = text_stream([case["content"]])
     session = SSESession(req)
     assert session.feed(data) + session.close() == data
-    choice, report = whole(case["content"], req)
+    choice, _ = whole(case["content"], req)
     assert choice["message"]["content"] == case["content"]
     # a response_format of type text is no JSON request either
     req = {**req, "response_format": {"type": "text"}}

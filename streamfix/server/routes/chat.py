@@ -230,8 +230,8 @@ async def _attempt(
     chain = session.chain
 
     def ready() -> bool:
-        if chain.holding_json:  # held to its end: it may still be asked again
-            return False
+        if chain.holding_json or session.report.json_invalid:
+            return False  # held to its end: it may still be asked again
         return chain.calls_emitted > 0 if att.soft else chain.output_started
 
     try:
