@@ -188,7 +188,8 @@ def extract(text: str, spec: JsonSpec, cut: bool) -> Extracted:
         if best is None:
             best = (out, rw, m.start())
     if best is None:
-        return Extracted("", "the reply holds no JSON value", {})
+        # nothing to repair: the text as it came, with the note
+        return Extracted(text, "the reply holds no JSON value", {})
     out, rw, at = best
     counts = dict(rw.counts)
     if text[:at].strip():
