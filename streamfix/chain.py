@@ -6,11 +6,13 @@ the original unchanged — the fast path), new chunk dicts, or ``KEEPALIVE``
 (text is being held; send an SSE comment so nobody times out). Each choice
 index (``n > 1``) has its own pipeline:
 
-    accumulate -> reasoning -> repetition -> detect -> residue -> user steps
+    accumulate -> reasoning -> repetition -> detect -> residue -> json -> user steps
 
 Only the repetition cutter runs when the request offered no tools: a reply
 to such a request is never rewritten (docs/shapes.md, "Policies"), only cut if it
-loops. User steps (``Options.transforms``, docs/extending.md) run last, on
+loops. A request that asks for JSON (``response_format``) also gets the
+reasoning splitter and, last of the built-in steps, ``transforms/jsonout.py``.
+User steps (``Options.transforms``, docs/extending.md) run last, on
 every reply: they see lifted calls in ``Delta.calls`` and content with the
 markup gone. A user step that raises ends its choice: the chain raises
 ``TransformError`` (``SSESession`` turns it into an error event); a
@@ -31,6 +33,7 @@ from .delta import take_each as _take_each
 from .errors import TransformError
 from .transforms.accumulate import Accumulator
 from .transforms.detect import ToolTagDetector
+from .transforms.jsonout import JsonOutput
 from .transforms.reasoning import ReasoningSplitter
 from .transforms.repetition import RepetitionCutter
 from .transforms.residue import ResidueStripper
@@ -65,7 +68,10 @@ def build_pipeline(ctx: Context) -> list[Transform]:
     steps: list[Transform] = []
     if ctx.has_tools:
         steps.append(Accumulator(ctx))
-    splitter = ReasoningSplitter(ctx) if ctx.has_tools and opts.split_reasoning else None
+    wants_json = ctx.json is not None
+    splitter = (
+        ReasoningSplitter(ctx) if (ctx.has_tools or wants_json) and opts.split_reasoning else None
+    )
     if splitter is not None:
         steps.append(splitter)
     cutter = RepetitionCutter(ctx) if opts.repetition else None
@@ -84,6 +90,8 @@ def build_pipeline(ctx: Context) -> list[Transform]:
             detector.watch_answer(splitter.in_answer)
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
+    if ctx.json is not None:
+        steps.append(JsonOutput(ctx, ctx.json))
     for make in opts.transforms:
         steps.append(make(ctx))
     return steps
@@ -252,6 +260,16 @@ class Chain:
         client (the role chunk and keep-alives do not count). Until then a
         proxy may still discard what it holds and ask the upstream again."""
         return any(st.saw_output for st in self._choices.values())
+
+    @property
+    def holding_json(self) -> bool:
+        """A choice's JSON is held until its end (``jsonout.JsonOutput``):
+        a proxy keeps the reply back, so it can still ask again."""
+        return any(
+            isinstance(s, JsonOutput) and s.holding and not st.done
+            for st in self._choices.values()
+            for s in st.steps
+        )
 
     @property
     def calls_emitted(self) -> int:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .transforms.jsonout import JsonSpec, json_spec
+
 if TYPE_CHECKING:
     from .delta import Transform
 
@@ -140,6 +142,10 @@ class Report:
     #: The reasoning had no open: a close ended reasoning the chat
     #: template opened in the prompt.
     prompt_opened_reasoning: bool = False
+    #: The request asked for JSON (``response_format``) and the reply is
+    #: not what it asked for, even repaired: why, in a sentence (the proxy
+    #: asks again with it when nothing was sent yet; ``transforms/jsonout.py``).
+    json_invalid: str | None = None
 
     def count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] += n
@@ -243,6 +249,9 @@ class Context:
     #: choice (the first emitted; the chain drops the rest, counted as
     #: ``dropped_call.parallel``).
     parallel_tool_calls: bool = True
+    #: The JSON the request's ``response_format`` asks for
+    #: (``transforms/jsonout.JsonSpec``); None: the reply is not JSON's business.
+    json: JsonSpec | None = None
 
     @property
     def has_tools(self) -> bool:
@@ -274,4 +283,5 @@ class Context:
             reasoning_hold=max(0, hold),
             prompt_opens_reasoning=(opts.prompt_opens_reasoning or named) and switch is not False,
             parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
+            json=json_spec(request),
         )

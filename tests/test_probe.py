@@ -87,6 +87,8 @@ def bad_backend(rec: Received) -> Reply:
         return _reply(body, "Facts:\n" + "The sea is wide and deep.\n" * 40)
     if "17 times 3" in text:
         return _reply(body, "<think>17 times 3 is 51.</think>51")
+    if "Ada Lovelace" in text:
+        return _reply(body, '```json\n{"name": "Ada Lovelace", "age": 36,}\n```')
     return _reply(body, "Red, green and blue.")
 
 
@@ -101,6 +103,8 @@ def good_backend(rec: Received) -> Reply:
         return _reply(body, None, [call, {**call, "arguments": '{"city": "Tokyo"}'}])
     if "Paris" in text:
         return _reply(body, None, [call])
+    if "Ada Lovelace" in text:
+        return _reply(body, '{"name": "Ada Lovelace", "age": 36}')
     if "17 times 3" in text and body.get("stream"):
         chunks = [chunk(reasoning="17 times 3 is 51."), chunk("51"), chunk(finish="stop")]
         return Reply.stream(sse(chunks))
@@ -131,6 +135,9 @@ async def test_a_backend_that_needs_streamfix() -> None:
         assert loop.did[0].startswith("loop (period ") and loop.fixed == ["loop cut"]
         think = rows[("reasoning", stream)]
         assert "<think> in content" in think.did
+        asked_json = rows[("json", stream)]
+        assert asked_json.did == ["JSON not as asked (comma, fence)"]
+        assert asked_json.fixed == ["JSON repaired"] and not asked_json.left
         over = rows[("over_window", stream)]
         assert over.did[0].startswith(
             "HTTP 400 on /chat/completions: This model's maximum context length is 4096"

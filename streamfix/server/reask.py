@@ -7,7 +7,10 @@ output limit (asked with twice the allowance, clamped to the window);
 ``--required soft`` with ``tool_choice: "required"`` or a named tool and
 no call (asked with an instruction naming the tools); the upstream said
 ``context_length_exceeded`` (the window is learned from the message, the
-prompt fitted). Only the upstream teaches a window: its HTTP error, or an
+prompt fitted); a reply to a ``response_format`` request that is not the
+JSON asked for even repaired, or was cut off inside it
+(``Report.json_invalid``: asked with that error in an instruction, and,
+when cut, twice the allowance). Only the upstream teaches a window: its HTTP error, or an
 error event in its stream (``stream_error``), never what a model wrote,
 and the window learned is the asked model's on that row alone.
 
@@ -50,6 +53,13 @@ NAMED_INSTRUCTION = (
     "Answer this turn by calling the tool {name}{purpose}. Reply with the call only."
 )
 
+#: The instruction added when a reply was not the JSON ``response_format``
+#: asked for (``transforms/jsonout.py``), with the reason.
+JSON_INSTRUCTION = (
+    "Your previous reply was not valid for the requested JSON format: {error}. "
+    "Reply with only the JSON value, no code fence and no text around it."
+)
+
 #: Most characters of a tool's description quoted in that instruction.
 MAX_PURPOSE_CHARS = 200
 
@@ -58,7 +68,7 @@ class Attempt:
     """What one request's successive upstream attempts share: the body
     asked with (before each row's budget), and the reasons already used."""
 
-    __slots__ = ("body", "done", "door", "named", "reasks", "soft")
+    __slots__ = ("body", "done", "door", "json_error", "named", "reasks", "soft")
 
     def __init__(
         self,
@@ -73,6 +83,7 @@ class Attempt:
         self.door = door  # the front door the request came in by, if not chat
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
+        self.json_error: str | None = None  # why the JSON asked for was not it
 
 
 def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +179,9 @@ class AskAgain:
             return "empty"
         if att.soft and calls == 0 and "required" not in att.done:
             return "required"
+        if report.json_invalid and "json" not in att.done:
+            att.json_error = report.json_invalid
+            return "json"
         return None
 
     def settle(self, att: Attempt, calls: int) -> None:
@@ -188,6 +202,13 @@ class AskAgain:
             att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
         elif reason == "required":
             att.body = with_required_instruction(att.body)
+        elif reason == "json":
+            error = att.json_error or "not JSON"
+            if error.startswith("cut off"):
+                att.body = raise_allowance(
+                    att.body, sent.get("body"), self.policy.output_reservation
+                )
+            att.body = with_instruction(att.body, JSON_INSTRUCTION.format(error=error))
 
     def context_exceeded(self, up: Upstream, att: Attempt, error: bytes) -> bool:
         """An upstream's ``context_length_exceeded`` error (``error``: the

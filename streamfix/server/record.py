@@ -506,6 +506,7 @@ def report_dict(rep: Report | None) -> dict[str, Any] | None:
         "empty_after_repair": rep.empty_after_repair,
         "reasoning": rep.reasoning,
         "unrecognised": list(rep.unrecognised),
+        "json_invalid": rep.json_invalid,
     }
 
 

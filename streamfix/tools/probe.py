@@ -161,6 +161,25 @@ CASES = (
         calls=None,
     ),
     Case(
+        "json",
+        "JSON asked for",
+        {
+            "messages": _user("Give the name and the age of Ada Lovelace when she died, as JSON."),
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "person",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                        "required": ["name", "age"],
+                    },
+                },
+            },
+            "max_tokens": 80,
+        },
+    ),
+    Case(
         "over_window",
         "max_tokens over the window",
         {"messages": _user("Say OK."), "max_tokens": 0},
@@ -300,6 +319,15 @@ def describe_report(report: Report) -> tuple[list[str], list[str]]:
         fixed.append("asked again with more room (proxy)")
     if report.empty_after_repair:
         fixed.append("empty after repair: asked again (proxy)")
+    json_kinds = sorted(
+        k[5:] for k, n in counts.items() if k.startswith("json_") and n and k != "json_invalid"
+    )
+    if json_kinds:
+        did.append(f"JSON not as asked ({', '.join(json_kinds)})")
+        fixed.append("JSON repaired")
+    if report.json_invalid:
+        did.append(f"JSON does not validate: {report.json_invalid[:60]}")
+        fixed.append("asked again with the error when held (proxy)")
     return did, fixed
 
 

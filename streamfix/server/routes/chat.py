@@ -19,7 +19,8 @@ reply began, an error event (``request_timeout``) after.
 
 *Holding.* Until the chain has emitted real output (``output_started``;
 with ``--required soft`` and ``tool_choice: "required"``, until a call was
-emitted) the repaired bytes are held, not written (``caller.stream.ClientStream``),
+emitted; while a ``response_format`` reply is held to its end,
+``Chain.holding_json``) the repaired bytes are held, not written (``caller.stream.ClientStream``),
 so that the request can still be asked again (``reask.py``) without the
 client seeing two replies.
 
@@ -229,6 +230,8 @@ async def _attempt(
     chain = session.chain
 
     def ready() -> bool:
+        if chain.holding_json or session.report.json_invalid:
+            return False  # held to its end: it may still be asked again
         return chain.calls_emitted > 0 if att.soft else chain.output_started
 
     try:

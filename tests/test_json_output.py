@@ -1,0 +1,263 @@
+"""Structured output (``response_format``): the corpus of malformed replies,
+whole and streamed at every split, the negative set byte for byte, and the
+rewriter's rules one by one (``transforms/jsonout.py``, ``jsonsyntax.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamfix.chain import Chain
+from streamfix.context import Context
+from streamfix.session import SSESession
+from streamfix.transforms.jsonsyntax import JsonRewriter
+from tests.support.streamutil import assemble, chunk, sse, text_stream
+
+CORPUS = json.loads((Path(__file__).parent / "data" / "json_output_corpus.json").read_text())
+CASES = CORPUS["cases"]
+NEGATIVE = CORPUS["negative"]
+
+
+def request(schema: dict[str, Any] | None, strict: bool = False) -> dict[str, Any]:
+    if schema is None:
+        fmt: dict[str, Any] = {"type": "json_object"}
+    else:
+        fmt = {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
+        if strict:
+            fmt["json_schema"]["strict"] = True
+    return {"model": "m", "messages": [], "response_format": fmt}
+
+
+def whole(content: str, req: dict[str, Any], finish: str = "stop") -> tuple[dict[str, Any], Any]:
+    comp = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+    }
+    ctx = Context.of(req, {})
+    out = Chain(ctx).complete(comp)
+    return out["choices"][0], ctx.report
+
+
+def streamed(pieces: list[str], req: dict[str, Any], finish: str = "stop") -> tuple[Any, Any]:
+    session = SSESession(req)
+    out = session.feed(text_stream(pieces, finish)) + session.close()
+    return assemble(out), session.report
+
+
+def splits(text: str) -> list[list[str]]:
+    """Every cut in two, and one character at a time."""
+    out = [[text[:i], text[i:]] for i in range(1, len(text))]
+    out.append(list(text))
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_corpus_whole(case: dict[str, Any]) -> None:
+    choice, report = whole(case["content"], request(case["schema"]), case["finish"])
+    content = choice["message"]["content"]
+    if case.get("invalid"):
+        assert report.json_invalid
+        assert choice["streamfix"]["json"] == "invalid"
+        if case["expected"] is not None:
+            assert orjson.loads(content) == case["expected"]
+        return
+    assert report.json_invalid is None, report.json_invalid
+    assert orjson.loads(content) == case["expected"]
+    assert "streamfix" not in choice
+    assert any(k.startswith("json_") or k == "reasoning_split" for k in report.counts)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_corpus_streamed_equals_whole_at_every_split(case: dict[str, Any]) -> None:
+    req = request(case["schema"])
+    choice, report = whole(case["content"], req, case["finish"])
+    want = choice["message"]["content"] or ""
+    for pieces in splits(case["content"]):
+        got, rep = streamed(pieces, req, case["finish"])
+        assert got.content == want, pieces
+        assert got.ext == choice.get("streamfix"), pieces
+        assert rep.json_invalid == report.json_invalid
+        assert not got.errors and got.done
+
+
+@pytest.mark.parametrize("neg", NEGATIVE)
+def test_valid_reply_passes_byte_for_byte(neg: dict[str, Any]) -> None:
+    """The same text, whole and streamed at any split; a stream whose
+    chunks end where nothing is held (here: one chunk) is the upstream's
+    own bytes. (A chunk that ends in a comma, a key or a number is re-cut:
+    that text waits for the next one, ``jsonsyntax``'s module doc.)"""
+    content = neg["content"]
+    req = request(neg["schema"])
+    choice, report = whole(content, req)
+    assert choice["message"]["content"] == content
+    assert not report.counts and report.json_invalid is None
+    data = text_stream([content])
+    session = SSESession(req)
+    assert session.feed(data) + session.close() == data
+    for pieces in splits(content):
+        got, rep = streamed(pieces, req)
+        assert got.content == content, pieces
+        assert not rep.counts and got.ext is None
+
+
+@pytest.mark.parametrize("case", CASES[:8], ids=[c["name"] for c in CASES[:8]])
+def test_no_response_format_is_never_touched(case: dict[str, Any]) -> None:
+    req = {"model": "m", "messages": []}
+    data = text_stream([case["content"]])
+    session = SSESession(req)
+    assert session.feed(data) + session.close() == data
+    choice, _ = whole(case["content"], req)
+    assert choice["message"]["content"] == case["content"]
+    # a response_format of type text is no JSON request either
+    req = {**req, "response_format": {"type": "text"}}
+    choice, _ = whole(case["content"], req)
+    assert choice["message"]["content"] == case["content"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    case=st.sampled_from([c for c in CASES if not c.get("invalid")]),
+    cuts=st.lists(st.integers(min_value=1, max_value=200), max_size=12),
+)
+def test_any_split_property(case: dict[str, Any], cuts: list[int]) -> None:
+    text = case["content"]
+    points = sorted({c for c in cuts if c < len(text)})
+    pieces, prev = [], 0
+    for p in points:
+        pieces.append(text[prev:p])
+        prev = p
+    pieces.append(text[prev:])
+    req = request(case["schema"])
+    got, _ = streamed(pieces, req, case["finish"])
+    assert orjson.loads(got.content) == case["expected"]
+
+
+# -- the modes -------------------------------------------------------------
+
+
+def test_clean_json_streams_as_it_comes() -> None:
+    """A clean reply is not held: each piece leaves with its own chunk."""
+    req = request(CASES[0]["schema"])
+    pieces = ['{"name": ', '"Ada", ', '"age": 36}']
+    session = SSESession(req)
+    outs = [session.feed(sse([chunk(p)], done=False)) for p in pieces]
+    assert all(outs)  # nothing held whole
+    assert assemble(b"".join(outs)).content.startswith('{"name": "Ada"')
+    assert not session.chain.holding_json
+
+
+def test_fenced_reply_streams_after_the_fence() -> None:
+    req = request(CASES[0]["schema"])
+    session = SSESession(req)
+    assert assemble(session.feed(sse([chunk("```json\n")], done=False))).content == ""
+    out = session.feed(sse([chunk('{"name": "Ada"')], done=False))
+    assert assemble(out).content == '{"name": "Ada"'
+
+
+def test_strict_holds_to_the_end_then_coerces() -> None:
+    schema = CASES[0]["schema"]
+    req = request(schema, strict=True)
+    session = SSESession(req)
+    head = [chunk(role="assistant", content=""), chunk('{"name": "Ada", '), chunk('"age": "36"}')]
+    out = session.feed(sse(head, done=False))
+    assert assemble(out).content == ""
+    assert session.chain.holding_json
+    rest = session.feed(sse([chunk(finish="stop")], done=True)) + session.close()
+    assert orjson.loads(assemble(out + rest).content) == {"name": "Ada", "age": 36}
+    assert session.report.counts["json_coerced"] == 1
+
+
+def test_streamed_value_that_fails_the_schema_gets_the_note() -> None:
+    got, report = streamed(['{"name": "Ada"', "}"], request(CASES[0]["schema"]))
+    assert got.content == '{"name": "Ada"}'
+    assert got.ext is not None and got.ext["json"] == "invalid"
+    assert "age" in got.ext["error"] and report.json_invalid
+
+
+def test_tool_call_turn_is_not_an_invalid_reply() -> None:
+    req = {
+        **request(CASES[0]["schema"]),
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    }
+    comp_choice, report = whole('<tool_call>{"name": "f", "arguments": {}}</tool_call>', req)
+    assert comp_choice["message"]["tool_calls"]
+    assert report.json_invalid is None
+
+
+def test_held_reply_past_the_bound_is_released_with_a_reason() -> None:
+    req = request(None, strict=False)
+    text = "x" * 300 + " {" + '"a": 1}'
+    session = SSESession(req, max_call_chars=100)
+    out = session.feed(text_stream([text[:150], text[150:]]))
+    out += session.close()
+    assert assemble(out).content == text
+    assert session.report.counts["json_too_long"] == 1
+    assert session.report.json_invalid
+
+
+# -- the rewriter's rules --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "want", "kind"),
+    [
+        ('{"a": [1, 2,],}', '{"a": [1, 2]}', "json_comma"),
+        ("{'a': 'b'}", '{"a": "b"}', "json_quote"),
+        ('{"a": None, "b": True}', '{"a": null, "b": true}', "json_literal"),
+        ('{"a": 1 /* x */}', '{"a": 1 }', "json_comment"),
+        ('{"a": "\\*"}', '{"a": "\\\\*"}', "json_escape"),
+        ('{"a": "x\ty"}', '{"a": "x\\ty"}', "json_control"),
+        ('{"a": "\x01"}', '{"a": "\\u0001"}', "json_control"),
+        ("{a: 1}", '{"a": 1}', "json_key"),
+        ('{"a": [1', '{"a": [1]}', "json_closed"),
+        ('{"a": "tex', '{"a": "tex"}', "json_closed"),
+        ('{"a": 1, "b', '{"a": 1}', "json_closed"),
+        ('{"a": 1, "b": ', '{"a": 1}', "json_dropped"),
+    ],
+)
+def test_rewriter_rule(text: str, want: str, kind: str) -> None:
+    for pieces in splits(text):
+        rw = JsonRewriter()
+        out = "".join(rw.feed(p) for p in pieces) + rw.close()
+        assert out == want, pieces
+        assert rw.counts[kind] >= 1
+        json.loads(out)
+
+
+def test_rewriter_releases_nothing_a_later_character_could_change() -> None:
+    """What ``feed`` released is a prefix of the final text at every step."""
+    text = "{'a': [1, 2,], b: True, // c\n 'd': \"x\\*\"}"
+    rw = JsonRewriter()
+    released = ""
+    for ch in text:
+        released += rw.feed(ch)
+    final = released + rw.close()
+    assert final == '{"a": [1, 2], "b": true, \n "d": "x\\\\*"}'
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": "x" "b"}', '{"a" 1}', "{]"])
+def test_rewriter_does_not_guess(text: str) -> None:
+    rw = JsonRewriter()
+    out = rw.feed(text) + rw.close()
+    assert rw.error is not None
+    json.loads(out)  # what was released is completed to valid syntax
+
+
+def test_rewriter_depth_is_bounded() -> None:
+    rw = JsonRewriter()
+    out = rw.feed("[" * 600)
+    assert rw.error is not None
+    assert json.loads(out + rw.close()) is not None
