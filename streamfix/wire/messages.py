@@ -1,17 +1,23 @@
 """The Anthropic Messages API (``POST /v1/messages``), as Claude Code speaks it.
 
 Request side (``MessagesDoor``, pure): ``system`` (a string or text
-blocks), messages with text, image, ``tool_use``, ``tool_result`` and
-thinking blocks, ``system`` messages in the middle of ``messages`` (Claude
-Code sends one for models it does not know: merged into the leading system
-message, see ``turn.merge_system``), tools with ``input_schema``,
-``tool_choice``, ``max_tokens`` (the proxy clamps it like any chat
-request), ``stop_sequences``, ``thinking`` (enabled or adaptive: asked as
-``reasoning_effort``). Server tools (``web_search_…``, ``bash_…``) cannot
-run upstream: dropped and counted. ``cache_control``, ``metadata``,
-``context_management`` and the ``anthropic-beta`` header are ignored.
-Thinking blocks of earlier turns are not sent back (chat templates drop
-earlier reasoning anyway).
+blocks), messages with text, image, document, ``tool_use``,
+``tool_result`` and thinking blocks, ``system`` messages in the middle of
+``messages`` (Claude Code sends one for models it does not know: merged
+into the leading system message, see ``turn.merge_system``), tools with
+``input_schema``, ``tool_choice``, ``max_tokens`` (the proxy clamps it
+like any chat request), ``stop_sequences``, ``thinking`` and
+``output_config`` (``effort`` as ``reasoning_effort``, thinking off as
+``chat_template_kwargs``, ``format`` as ``response_format``). An image in
+a ``tool_result`` (Claude Code's Read tool on a screenshot) goes in a user
+message after the tool messages; a text document is its text, a PDF a
+note to the model, counted (``omitted``). Server tools (``web_search_…``,
+``bash_…``) cannot run upstream: dropped and counted. What the Messages
+API refuses is a 400 in its shape (``_check``; ``turn``'s checks).
+``cache_control``, ``context_management`` and the ``anthropic-beta``
+header are ignored. Thinking blocks of earlier turns are not sent back
+(chat templates drop earlier reasoning anyway). docs/doors.md tables
+every field and part.
 
 Reply side (``MessagesEncoder``, sans-I/O): ``message_start``, ``ping``,
 ``content_block_start/delta/stop`` (``text_delta``, ``input_json_delta``,

@@ -5,9 +5,16 @@ Request side (``ResponsesDoor``, pure): ``instructions``, input items
 leading system message; ``function_call`` / ``function_call_output``;
 ``custom_tool_call`` and its output; ``tool_search_call`` /
 ``tool_search_output``; ``additional_tools``; reasoning items are not
-sent back), ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``
-(as ``max_tokens``, clamped by the proxy), ``reasoning.effort`` (as
-``reasoning_effort``), ``text.format`` (as ``response_format``).
+sent back), ``tool_choice`` (``allowed_tools``: only the subset offered,
+the mode kept), ``parallel_tool_calls``, ``max_output_tokens`` (as
+``max_tokens``, clamped by the proxy), ``reasoning.effort`` (as
+``reasoning_effort``; ``none`` as thinking off, ``turn.set_effort``),
+``text.format`` (as ``response_format``). Images in a function-call
+output go in a user message after the outputs; a text ``input_file`` is
+its text, another a note to the model, counted; a ``file_id`` is a 400;
+an assistant ``refusal`` is its text. What the Responses API refuses is a
+400 in OpenAI's shape (``_check``; ``turn``'s checks). docs/doors.md
+tables every field and part.
 
 Tools, each offered to the model as a chat function whose name maps back:
 
