@@ -285,7 +285,9 @@ async def test_request_translation_claude_code_shape(stack: Stack) -> None:
         {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"},
         {
             "role": "user",
-            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+            # the row does not say it takes images (vision): a note in its
+            # place (tests/test_door_requests.py has the vision row)
+            "content": "[an image was omitted here: this model does not take images]",
         },
     ]
     assert [t["function"]["name"] for t in chat["tools"]] == ["Write", "DeferredToolPlaceholder"]

@@ -15,6 +15,7 @@ separated), or TOML tables::
     api_key = "sk-..."  # sent upstream instead of the client's Authorization
     window = 32768      # context window in tokens; overrides the probe
     reasoning = true    # the model reasons before answering
+    vision = true       # the model takes images (else the doors omit them)
     model = "org/model-8B"  # the name the server knows (sent upstream)
     name = "fast"       # the name clients ask for (default: model)
     kind = "chat"       # or "embedding" (default chat)
@@ -72,6 +73,9 @@ class UpstreamConfig:
     api_key: str | None = field(default=None, repr=False)
     window: int | None = None
     reasoning: bool = False
+    #: The model takes images: the doors pass them on (else each is
+    #: replaced by a note; also learned from llama.cpp's ``/props``).
+    vision: bool = False
     #: The model name the server knows, sent upstream; None: the client's
     #: own name is sent on, and the row serves any name not in the table.
     model: str | None = None
@@ -355,7 +359,7 @@ def _convert(setting_type: type, name: str, value: Any) -> Any:
 
 def parse_upstream(spec: str) -> UpstreamConfig:
     """``URL`` or ``URL#weight=2,window=32768,api_key=…,reasoning=true,
-    model=…,name=…,kind=embedding``."""
+    vision=true,model=…,name=…,kind=embedding``."""
     url, _, opts = spec.partition("#")
     kw: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in opts.split(","))):
@@ -367,7 +371,7 @@ def parse_upstream(spec: str) -> UpstreamConfig:
 
 
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
-    known = {"url", "weight", "api_key", "window", "reasoning", "model", "name", "kind"}
+    known = {"url", "weight", "api_key", "window", "reasoning", "vision", "model", "name", "kind"}
     known.add("transform")
     unknown = sorted(set(table) - known)
     if unknown:
@@ -393,6 +397,7 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
         api_key=check_key(table["api_key"], f"upstream {url}") if "api_key" in table else None,
         window=_convert(int, "window", window) if window not in (None, "") else None,
         reasoning=_convert(bool, "reasoning", table.get("reasoning", False)),
+        vision=_convert(bool, "vision", table.get("vision", False)),
         model=model,
         public=public,
         kind=kind,
@@ -620,7 +625,8 @@ def settings_epilog() -> str:
         "> TOML > defaults.",
         "",
         "  STREAMFIX_UPSTREAM    comma-separated upstream URLs (TOML: [[upstream]] url=…",
-        "                        weight=… api_key=… window=… reasoning=… model=… name=…",
+        "                        weight=… api_key=… window=… reasoning=… vision=… model=…",
+        "                        name=…",
         "                        kind=chat|embedding)",
         "  STREAMFIX_API_KEY     comma-separated inbound API keys (TOML: api_key)",
         "  STREAMFIX_TRANSFORM   comma-separated user steps, module:factory (TOML: transform,",

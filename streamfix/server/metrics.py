@@ -145,6 +145,13 @@ class Metrics:
             ["why"],
             registry=r,
         )
+        self.dropped_parts = Counter(
+            "streamfix_dropped_parts",
+            "Input parts a door left out (an image for a model that takes none, a PDF), "
+            "by door and part; the model is told in their place (docs/doors.md).",
+            ["door", "part"],
+            registry=r,
+        )
         self.chunk_seconds = ChunkHistogram(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",
@@ -158,6 +165,11 @@ class Metrics:
                 self.repairs.labels(kind).inc(n)
                 if kind == "unrecognised_markup":
                     self.unrecognised.inc(n)
+
+    def count_dropped_parts(self, door: str, counts: Mapping[str, int]) -> None:
+        for part, n in counts.items():
+            if n:
+                self.dropped_parts.labels(door, part).inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -37,6 +37,9 @@ class Door(Protocol):
     chat_body: dict[str, Any]
     #: What the translation left out, by kind (counted in the metrics).
     dropped: dict[str, int]
+    #: Input parts left out (an image, a PDF), by part: the model read a
+    #: note in their place (``dropped_parts_total{door,part}``).
+    omitted: dict[str, int]
     #: The door's name in the metrics (``requests_total{endpoint}``).
     endpoint: str
     #: The prompt's size in tokens as the proxy estimates it (0: unknown),

@@ -1,17 +1,23 @@
 """The Anthropic Messages API (``POST /v1/messages``), as Claude Code speaks it.
 
 Request side (``MessagesDoor``, pure): ``system`` (a string or text
-blocks), messages with text, image, ``tool_use``, ``tool_result`` and
-thinking blocks, ``system`` messages in the middle of ``messages`` (Claude
-Code sends one for models it does not know: merged into the leading system
-message, see ``turn.merge_system``), tools with ``input_schema``,
-``tool_choice``, ``max_tokens`` (the proxy clamps it like any chat
-request), ``stop_sequences``, ``thinking`` (enabled or adaptive: asked as
-``reasoning_effort``). Server tools (``web_search_…``, ``bash_…``) cannot
-run upstream: dropped and counted. ``cache_control``, ``metadata``,
-``context_management`` and the ``anthropic-beta`` header are ignored.
-Thinking blocks of earlier turns are not sent back (chat templates drop
-earlier reasoning anyway).
+blocks), messages with text, image, document, ``tool_use``,
+``tool_result`` and thinking blocks, ``system`` messages in the middle of
+``messages`` (Claude Code sends one for models it does not know: merged
+into the leading system message, see ``turn.merge_system``), tools with
+``input_schema``, ``tool_choice``, ``max_tokens`` (the proxy clamps it
+like any chat request), ``stop_sequences``, ``thinking`` and
+``output_config`` (``effort`` as ``reasoning_effort``, thinking off as
+``chat_template_kwargs``, ``format`` as ``response_format``). An image in
+a ``tool_result`` (Claude Code's Read tool on a screenshot) goes in a user
+message after the tool messages; a text document is its text, a PDF a
+note to the model, counted (``omitted``). Server tools (``web_search_…``,
+``bash_…``) cannot run upstream: dropped and counted. What the Messages
+API refuses is a 400 in its shape (``_check``; ``turn``'s checks).
+``cache_control``, ``context_management`` and the ``anthropic-beta``
+header are ignored. Thinking blocks of earlier turns are not sent back
+(chat templates drop earlier reasoning anyway). docs/doors.md tables
+every field and part.
 
 Reply side (``MessagesEncoder``, sans-I/O): ``message_start``, ``ping``,
 ``content_block_start/delta/stop`` (``text_delta``, ``input_json_delta``,
@@ -35,7 +41,30 @@ import orjson
 
 from .. import jsoncodec
 from ..errors import RequestError
-from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
+from .turn import (
+    MAX_FILE_CHARS,
+    TurnEncoder,
+    check_bool,
+    check_number,
+    check_offered,
+    check_stream,
+    check_strings,
+    check_unique,
+    count,
+    decode_text,
+    file_omitted,
+    is_text_type,
+    json_text,
+    merge_system,
+    model_of,
+    need_id,
+    new_id,
+    no_file_ids,
+    pass_on,
+    set_effort,
+    sse_event,
+    user_content,
+)
 
 #: HTTP status -> Anthropic error type (their error shape's ``type``).
 ERROR_TYPES = {
@@ -97,6 +126,12 @@ _TEXT_HEAD = (
 
 # -- request ---------------------------------------------------------------
 
+#: Anthropic's ``tool_choice`` types -> chat's (``tool``: a named function).
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+#: Anthropic's ``output_config.effort`` values.
+_OUTPUT_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
 
 def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
@@ -117,59 +152,125 @@ def _text(content: Any, where: str) -> str:
     )
 
 
-def _image(block: dict[str, Any]) -> dict[str, Any] | None:
+def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """An image block as a chat image part (a ``data:`` URL or its URL);
+    a file id is a 400 (``turn.no_file_ids``)."""
     src = block.get("source")
-    if not isinstance(src, dict):
-        return None
-    if src.get("type") == "base64":
-        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
-    elif src.get("type") == "url" and isinstance(src.get("url"), str):
+    kind = src.get("type") if isinstance(src, dict) else None
+    if kind == "base64" and isinstance(src, dict) and isinstance(src.get("data"), str):
+        url = f"data:{src.get('media_type') or 'image/png'};base64,{src['data']}"
+    elif kind == "url" and isinstance(src, dict) and isinstance(src.get("url"), str):
         url = src["url"]
+    elif kind == "file":
+        raise no_file_ids(f"{where}.source")
     else:
-        return None
+        raise RequestError(f"{where}.source must be a base64 or url image source", param=where)
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user(content: Any, where: str) -> list[dict[str, Any]]:
+def _document(block: dict[str, Any], where: str, omitted: dict[str, int]) -> dict[str, Any]:
+    """A document block as a text part: a text document (or one given as
+    content blocks) is its text, titled; any other (a PDF, by data or URL)
+    is a note that it was left out, counted as ``document``."""
+    src = block.get("source")
+    kind = src.get("type") if isinstance(src, dict) else None
+    text: str | None = None
+    media_type: Any = None
+    if isinstance(src, dict):
+        media_type = src.get("media_type")
+        if kind == "text" and isinstance(src.get("data"), str):
+            text = src["data"][:MAX_FILE_CHARS]
+        elif kind == "content":
+            text = _text(src.get("content"), f"{where}.source.content")
+        elif kind == "base64" and is_text_type(media_type):
+            text = decode_text(src.get("data"))
+        elif kind == "file":
+            raise no_file_ids(f"{where}.source")
+    if kind not in ("text", "content", "base64", "url"):
+        raise RequestError(f"{where}.source must be a document source", param=where)
+    if text is None:
+        count(omitted, "document")
+        return {"type": "text", "text": file_omitted("a document", media_type or kind)}
+    title = block.get("title")
+    if isinstance(title, str) and title:
+        text = f"{title}\n\n{text}"
+    return {"type": "text", "text": text}
+
+
+def _part(block: dict[str, Any], where: str, omitted: dict[str, int]) -> dict[str, Any] | None:
+    """One content block of a user turn or a tool result as a chat part
+    (text, image, document); another kind (a search result, a server
+    tool's block) is counted under its type and left out."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": str(block.get("text", ""))}
+    if kind == "image":
+        return _image(block, where)
+    if kind == "document":
+        return _document(block, where, omitted)
+    count(omitted, str(kind)[:40])
+    return None
+
+
+def _user(content: Any, where: str, omitted: dict[str, int]) -> list[dict[str, Any]]:
     """A user message: its tool results first (each a chat ``tool``
-    message, answering the assistant's calls just before), then the rest."""
+    message, answering the assistant's calls just before; their text),
+    then one user message with the images the tool results held (chat
+    ``tool`` messages carry text on most servers), then the rest."""
     out: list[dict[str, Any]] = []
+    from_tools: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for b in _blocks(content, where):
-        kind = b.get("type")
-        if kind == "tool_result":
-            text = _text(b.get("content"), f"{where}.tool_result.content")
+    for i, b in enumerate(_blocks(content, where)):
+        at = f"{where}.{i}"
+        if b.get("type") == "tool_result":
+            call_id = need_id(b.get("tool_use_id"), f"{at}.tool_use_id")
+            raw = b.get("content")
+            texts: list[str] = []
+            images: list[dict[str, Any]] = []
+            for j, rb in enumerate(_blocks(raw, f"{at}.content") if raw is not None else ()):
+                part = _part(rb, f"{at}.content.{j}", omitted)
+                if part is None:
+                    continue
+                if part["type"] == "text":
+                    texts.append(part["text"])
+                else:
+                    images.append(part)
+            text = "\n".join(texts)
+            if images:
+                n = len(images)
+                text += f"\n[{n} image{'s' if n > 1 else ''} in the next user message]"
+                label = f"The image{'s' if n > 1 else ''} returned by tool call {call_id}:"
+                from_tools += [{"type": "text", "text": label}, *images]
             if b.get("is_error"):
                 text = f"Error: {text}"
-            out.append(
-                {"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")), "content": text}
-            )
-        elif kind == "text":
-            parts.append({"type": "text", "text": str(b.get("text", ""))})
-        elif kind == "image" and (img := _image(b)) is not None:
-            parts.append(img)
-    if parts:
-        only_text = all(p["type"] == "text" for p in parts)
-        body: Any = "\n".join(p["text"] for p in parts) if only_text else parts
-        out.append({"role": "user", "content": body})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text.lstrip("\n")})
+        else:
+            part = _part(b, at, omitted)
+            if part is not None:
+                parts.append(part)
+    if from_tools or parts:
+        out.append({"role": "user", "content": user_content(from_tools + parts)})
     return out
 
 
 def _assistant(content: Any, where: str) -> dict[str, Any]:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
-    for b in _blocks(content, where):
+    for i, b in enumerate(_blocks(content, where)):
         kind = b.get("type")
         if kind == "text" and isinstance(b.get("text"), str):
             text.append(b["text"])
         elif kind == "tool_use":
+            at = f"{where}.{i}"
+            if not isinstance(b.get("input"), dict):
+                raise RequestError(f"{at}.input must be an object", param=f"{at}.input")
             calls.append(
                 {
-                    "id": str(b.get("id", "")),
+                    "id": need_id(b.get("id"), f"{at}.id"),
                     "type": "function",
                     "function": {
-                        "name": str(b.get("name", "")),
-                        "arguments": json_text(b.get("input")),
+                        "name": need_id(b.get("name"), f"{at}.name"),
+                        "arguments": json_text(b["input"]),
                     },
                 }
             )
@@ -188,9 +289,11 @@ def _tools(tools: Any, dropped: dict[str, int]) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise RequestError("'tools' must be an array", param="tools")
     out = []
+    names: list[str] = []
     for i, t in enumerate(tools):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
             raise RequestError(f"tools.{i} must be an object with a 'name'", param=f"tools.{i}")
+        names.append(t["name"])
         if t.get("type") not in (None, "custom"):
             # a server tool (web_search_…, bash_…): nothing upstream runs it
             dropped["dropped_tool"] = dropped.get("dropped_tool", 0) + 1
@@ -202,32 +305,95 @@ def _tools(tools: Any, dropped: dict[str, int]) -> list[dict[str, Any]]:
         if isinstance(t.get("description"), str):
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
+    check_unique(names, "tools")
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
-    if not isinstance(choice, dict):
+def _tool_choice(choice: Any, offered: list[dict[str, Any]]) -> Any:
+    """Anthropic's ``tool_choice`` as chat's (None: not sent); a malformed
+    one, or a forced tool not offered, is a 400."""
+    if choice is None:
         return None
-    kind = choice.get("type")
-    if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or (kind != "tool" and kind not in _CHOICES):
+        raise RequestError(
+            "'tool_choice' must be an object of type auto, any, tool or none", param="tool_choice"
+        )
+    check_bool(choice, "disable_parallel_tool_use")
+    if kind == "tool":
+        name = need_id(choice.get("name"), "tool_choice.name")
+        check_offered(name, {t["function"]["name"] for t in offered}, "tool_choice.name")
+        return {"type": "function", "function": {"name": name}}
+    return _CHOICES[str(kind)]
 
 
 def _effort(body: dict[str, Any]) -> str | None:
+    """The turn's effort (``turn.EFFORTS``, or ``"none"``): thinking
+    disabled is ``none``; ``output_config.effort`` (read with or without
+    thinking) wins over a thinking budget; adaptive thinking with no effort
+    is ``medium``."""
     thinking = body.get("thinking")
-    if not isinstance(thinking, dict):
-        return None
-    if thinking.get("type") == "enabled":
-        budget = thinking.get("budget_tokens")
+    if thinking is not None and not isinstance(thinking, dict):
+        raise RequestError("'thinking' must be an object", param="thinking")
+    cfg = body.get("output_config")
+    if cfg is not None and not isinstance(cfg, dict):
+        raise RequestError("'output_config' must be an object", param="output_config")
+    effort = cfg.get("effort") if cfg else None
+    if effort is not None and effort not in _OUTPUT_EFFORTS:
+        raise RequestError(
+            f"'output_config.effort' must be one of {', '.join(_OUTPUT_EFFORTS)}",
+            param="output_config.effort",
+        )
+    kind = thinking.get("type") if thinking else None
+    if kind == "disabled":
+        return "none"
+    if effort is not None:
+        return str(effort)
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens") if thinking else None
         if isinstance(budget, int):
             return next((e for limit, e in _EFFORT_STEPS if budget <= limit), "high")
         return "medium"
-    if thinking.get("type") == "adaptive":
-        cfg = body.get("output_config")
-        effort = cfg.get("effort") if isinstance(cfg, dict) else None
-        return effort if effort in ("low", "medium", "high") else "medium"
+    if kind == "adaptive":
+        return "medium"
     return None
+
+
+def _format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``output_config.format`` (structured output) as chat's
+    ``response_format``, as the Responses door maps ``text.format``."""
+    cfg = body.get("output_config")
+    fmt = cfg.get("format") if isinstance(cfg, dict) else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        raise RequestError(
+            "'output_config.format' must be an object of type json_schema",
+            param="output_config.format",
+        )
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise RequestError(
+            "'output_config.format.schema' must be an object", param="output_config.format.schema"
+        )
+    return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+
+
+def _check(body: dict[str, Any]) -> None:
+    """What the Messages API refuses with a 400, checked before anything
+    is translated (``turn``'s checks, one place per rule)."""
+    check_stream(body)
+    check_number(body, "temperature", 0, 1)
+    check_number(body, "top_p", 0, 1)
+    check_number(body, "top_k", 0, 1 << 31, integer=True)
+    check_strings(body, "stop_sequences")
+    metadata = body.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise RequestError("'metadata' must be an object", param="metadata")
+        user = metadata.get("user_id")
+        if user is not None and not isinstance(user, str):
+            raise RequestError("'metadata.user_id' must be a string", param="metadata.user_id")
 
 
 class MessagesDoor:
@@ -245,8 +411,11 @@ class MessagesDoor:
         max_tokens = body.get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise RequestError("'max_tokens' must be a positive integer", param="max_tokens")
+        _check(body)
         self.model = model
         self.dropped: dict[str, int] = {}
+        #: Input parts left out, by part (``dropped_parts_total``).
+        self.omitted: dict[str, int] = {}
         messages: list[dict[str, Any]] = []
         if body.get("system"):
             messages.append({"role": "system", "content": _text(body["system"], "system")})
@@ -254,7 +423,7 @@ class MessagesDoor:
             where = f"messages.{i}.content"
             role = m.get("role")
             if role == "user":
-                messages.extend(_user(m.get("content"), where))
+                messages.extend(_user(m.get("content"), where, self.omitted))
             elif role == "assistant":
                 messages.append(_assistant(m.get("content"), where))
             elif role == "system":
@@ -267,26 +436,25 @@ class MessagesDoor:
             "max_tokens": max_tokens,
         }
         tools = _tools(body.get("tools"), self.dropped)
+        choice = _tool_choice(body.get("tool_choice"), tools)
         if tools:
             chat["tools"] = tools
-            choice = _tool_choice(body.get("tool_choice"))
             if choice is not None:
                 chat["tool_choice"] = choice
             tc = body.get("tool_choice")
             if isinstance(tc, dict) and tc.get("disable_parallel_tool_use") is True:
                 chat["parallel_tool_calls"] = False
         stop = body.get("stop_sequences")
-        if isinstance(stop, list) and stop:
+        if stop:
             chat["stop"] = stop
-        effort = _effort(body)
-        if effort is not None:
-            chat["reasoning_effort"] = effort
+        set_effort(chat, _effort(body))
+        fmt = _format(body)
+        if fmt is not None:
+            chat["response_format"] = fmt
         self.stream = pass_on(body, chat, ("temperature", "top_p", "top_k"))
         self.chat_body = chat
         self.input_estimate = 0
-        self.stops: tuple[str, ...] = tuple(
-            s for s in (stop if isinstance(stop, list) else ()) if isinstance(s, str)
-        )
+        self.stops: tuple[str, ...] = tuple(stop or ())
 
     def encoder(self) -> MessagesEncoder:
         return MessagesEncoder(self.model, self.input_estimate, self.stops)

@@ -5,9 +5,16 @@ Request side (``ResponsesDoor``, pure): ``instructions``, input items
 leading system message; ``function_call`` / ``function_call_output``;
 ``custom_tool_call`` and its output; ``tool_search_call`` /
 ``tool_search_output``; ``additional_tools``; reasoning items are not
-sent back), ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``
-(as ``max_tokens``, clamped by the proxy), ``reasoning.effort`` (as
-``reasoning_effort``), ``text.format`` (as ``response_format``).
+sent back), ``tool_choice`` (``allowed_tools``: only the subset offered,
+the mode kept), ``parallel_tool_calls``, ``max_output_tokens`` (as
+``max_tokens``, clamped by the proxy), ``reasoning.effort`` (as
+``reasoning_effort``; ``none`` as thinking off, ``turn.set_effort``),
+``text.format`` (as ``response_format``). Images in a function-call
+output go in a user message after the outputs; a text ``input_file`` is
+its text, another a note to the model, counted; a ``file_id`` is a 400;
+an assistant ``refusal`` is its text. What the Responses API refuses is a
+400 in OpenAI's shape (``_check``; ``turn``'s checks). docs/doors.md
+tables every field and part.
 
 Tools, each offered to the model as a chat function whose name maps back:
 
@@ -56,7 +63,28 @@ import orjson
 
 from .. import jsoncodec
 from ..errors import RequestError
-from .turn import TurnEncoder, json_text, merge_system, model_of, new_id, pass_on, sse_event
+from .turn import (
+    MAX_FILE_CHARS,
+    TurnEncoder,
+    check_bool,
+    check_number,
+    check_offered,
+    check_stream,
+    check_unique,
+    count,
+    data_url_text,
+    file_omitted,
+    json_text,
+    merge_system,
+    model_of,
+    need_id,
+    new_id,
+    no_file_ids,
+    pass_on,
+    set_effort,
+    sse_event,
+    user_content,
+)
 
 #: Joins a namespace and a nested tool's name into the chat function name.
 NAMESPACE_SEP = "__"
@@ -65,8 +93,16 @@ NAMESPACE_SEP = "__"
 #: needs the shape of the input, not a whole parser's worth of rules.
 MAX_GRAMMAR_CHARS = 4000
 
-#: ``reasoning.effort`` -> the chat field's values (servers know three).
-_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+#: ``reasoning.effort`` values (``none``: thinking off, ``turn.set_effort``).
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+#: Most ``metadata`` pairs, and longest key and value (OpenAI's limits).
+MAX_METADATA = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+#: Function-call outputs (their chat ``tool`` messages are kept together).
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "tool_search_output")
 
 #: An ``output_text.delta`` event up to its text (the item's id and index).
 _TEXT_HEAD = (
@@ -134,32 +170,92 @@ class _Tool:
 
 
 def _text_of(content: Any) -> str:
+    """A system or assistant message's text: its text parts, and an
+    assistant's ``refusal`` parts (what it said, kept in the history)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return ""
-    return "\n".join(
-        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-    )
+    out = []
+    for p in content:
+        if isinstance(p, dict):
+            text = p.get("refusal") if p.get("type") == "refusal" else p.get("text")
+            if isinstance(text, str):
+                out.append(text)
+    return "\n".join(out)
 
 
-def _parts(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A user message's content for chat: text, or parts when it has images."""
+def _part(p: Any, where: str, omitted: dict[str, int]) -> dict[str, Any] | None:
+    """One input content part as a chat part: text; an image by URL (a
+    ``file_id`` alone is a 400: ``turn.no_file_ids``); a file given as
+    text data is its text, any other (a PDF) a note that it was left out,
+    counted as ``file``; an unknown part is counted under its type."""
+    if not isinstance(p, dict):
+        raise RequestError(f"{where} must be an object", param=where)
+    kind = p.get("type")
+    if isinstance(p.get("text"), str) and kind in (None, "input_text", "output_text", "text"):
+        return {"type": "text", "text": p["text"]}
+    if kind == "input_image":
+        if isinstance(p.get("image_url"), str) and p["image_url"]:
+            return {"type": "image_url", "image_url": {"url": p["image_url"]}}
+        if p.get("file_id"):
+            raise no_file_ids(where)
+        raise RequestError(f"{where}.image_url must be a URL", param=f"{where}.image_url")
+    if kind == "input_file":
+        if p.get("file_id") and not (p.get("file_data") or p.get("file_url")):
+            raise no_file_ids(where)
+        text, media_type = data_url_text(p.get("file_data"))
+        if text is None:
+            count(omitted, "file")
+            name = p.get("filename")
+            what = f"the file {name}" if isinstance(name, str) and name else "a file"
+            return {"type": "text", "text": file_omitted(what, media_type)}
+        name = p.get("filename")
+        if isinstance(name, str) and name:
+            text = f"{name}\n\n{text}"
+        return {"type": "text", "text": text[:MAX_FILE_CHARS]}
+    count(omitted, str(kind)[:40])
+    return None
+
+
+def _parts(content: Any, where: str, omitted: dict[str, int]) -> list[dict[str, Any]]:
+    """Input content (a string or parts) as chat parts."""
     if isinstance(content, str):
-        return content
+        return [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise RequestError(f"{where} must be a string or an array", param=where)
-    parts: list[dict[str, Any]] = []
-    for p in content:
-        if not isinstance(p, dict):
-            continue
-        if isinstance(p.get("text"), str):
-            parts.append({"type": "text", "text": p["text"]})
-        elif p.get("type") == "input_image" and isinstance(p.get("image_url"), str):
-            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
-    if all(p["type"] == "text" for p in parts):
-        return "\n".join(p["text"] for p in parts)
-    return parts
+    parts = (_part(p, f"{where}[{i}]", omitted) for i, p in enumerate(content))
+    return [p for p in parts if p is not None]
+
+
+def _check(body: dict[str, Any]) -> None:
+    """What the Responses API refuses with a 400, checked before anything
+    is translated (``turn``'s checks, one place per rule)."""
+    check_stream(body)
+    check_number(body, "temperature", 0, 2)
+    check_number(body, "top_p", 0, 1)
+    check_bool(body, "parallel_tool_calls")
+    metadata = body.get("metadata")
+    if metadata is not None:
+        ok = isinstance(metadata, dict) and len(metadata) <= MAX_METADATA
+        ok = ok and all(
+            isinstance(v, str) and len(k) <= MAX_METADATA_KEY and len(v) <= MAX_METADATA_VALUE
+            for k, v in metadata.items()
+        )
+        if not ok:
+            raise RequestError(
+                f"'metadata' must be an object of at most {MAX_METADATA} string values "
+                f"(keys up to {MAX_METADATA_KEY} characters, values up to {MAX_METADATA_VALUE})",
+                param="metadata",
+            )
+    reasoning = body.get("reasoning")
+    if reasoning is not None and not isinstance(reasoning, dict):
+        raise RequestError("'reasoning' must be an object", param="reasoning")
+    effort = reasoning.get("effort") if reasoning else None
+    if effort is not None and effort not in _EFFORTS:
+        raise RequestError(
+            f"'reasoning.effort' must be one of {', '.join(_EFFORTS)}", param="reasoning.effort"
+        )
 
 
 class ResponsesDoor:
@@ -177,11 +273,17 @@ class ResponsesDoor:
                     "send the whole conversation in 'input' (store: false)",
                     param=key,
                 )
+        _check(body)
         self.model = model
         self.dropped: dict[str, int] = {}
+        #: Input parts left out, by part (``dropped_parts_total``).
+        self.omitted: dict[str, int] = {}
         self.tools: dict[str, _Tool] = {}
         self._chat_tools: list[dict[str, Any]] = []
-        self._offer(body.get("tools"), "tools")
+        #: Images from function-call outputs, sent in a user message after
+        #: the run of outputs (``_flush``).
+        self._images: list[dict[str, Any]] = []
+        self._offer(body.get("tools"), "tools", strict=True)
         messages: list[dict[str, Any]] = []
         if isinstance(body.get("instructions"), str) and body["instructions"]:
             messages.append({"role": "system", "content": body["instructions"]})
@@ -193,17 +295,24 @@ class ResponsesDoor:
                 if not isinstance(item, dict):
                     raise RequestError(f"input[{i}] must be an object", param=f"input[{i}]")
                 self._item(item, messages, f"input[{i}]")
+            self._flush(messages)
         else:
             raise RequestError("'input' must be a string or an array of items", param="input")
         chat: dict[str, Any] = {"model": model, "messages": merge_system(messages)}
         if not chat["messages"]:
             raise RequestError("'input' holds no message", param="input")
+        choice = self._tool_choice(body.get("tool_choice"))
         if self._chat_tools:
             chat["tools"] = self._chat_tools
-            choice = self._tool_choice(body.get("tool_choice"))
+            if isinstance(choice, tuple):  # allowed_tools: the subset, the mode
+                mode, subset = choice
+                chat["tools"] = [t for t in self._chat_tools if t["function"]["name"] in subset]
+                choice = mode if chat["tools"] else None
+                if not chat["tools"]:
+                    del chat["tools"]
             if choice is not None:
                 chat["tool_choice"] = choice
-            if isinstance(body.get("parallel_tool_calls"), bool):
+            if isinstance(body.get("parallel_tool_calls"), bool) and "tools" in chat:
                 chat["parallel_tool_calls"] = body["parallel_tool_calls"]
         limit = body.get("max_output_tokens")
         if limit is not None:
@@ -213,28 +322,30 @@ class ResponsesDoor:
                 )
             chat["max_tokens"] = limit
         reasoning = body.get("reasoning")
-        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-        if effort is not None and not isinstance(effort, str):  # a list is unhashable
-            raise RequestError("'reasoning.effort' must be a string", param="reasoning.effort")
-        if effort in _EFFORTS:
-            chat["reasoning_effort"] = _EFFORTS[effort]
+        set_effort(chat, reasoning.get("effort") if reasoning else None)
         fmt = self._format(body.get("text"))
         if fmt is not None:
             chat["response_format"] = fmt
         self.stream = pass_on(body, chat, ("temperature", "top_p"))
         self.chat_body = chat
         self.input_estimate = 0
+        parallel = body.get("parallel_tool_calls")
         self.echo = {
             "instructions": body.get("instructions"),
-            "parallel_tool_calls": body.get("parallel_tool_calls", True),
-            "tool_choice": body.get("tool_choice", "auto"),
+            "parallel_tool_calls": parallel if isinstance(parallel, bool) else True,
+            "tool_choice": body.get("tool_choice") or "auto",
             "max_output_tokens": limit,
             "metadata": body.get("metadata") or {},
         }
 
     # -- tools -----------------------------------------------------------------
 
-    def _offer(self, tools: Any, where: str, namespace: str | None = None) -> None:
+    def _offer(
+        self, tools: Any, where: str, namespace: str | None = None, strict: bool = False
+    ) -> None:
+        """Offer ``tools``; ``strict`` (the request's ``tools``): a name
+        offered twice is a 400 (tools loaded later by a search may repeat
+        one: offered once)."""
         if tools is None:
             return
         if not isinstance(tools, list):
@@ -245,13 +356,15 @@ class ResponsesDoor:
             kind = t.get("type")
             name = t.get("name")
             if kind == "namespace" and isinstance(name, str):
-                self._offer(t.get("tools"), f"{where}[{i}].tools", name)
+                self._offer(t.get("tools"), f"{where}[{i}].tools", name, strict)
             elif kind in ("function", "custom", "tool_search"):
-                self._offer_one(t, kind, namespace)
+                self._offer_one(t, kind, namespace, strict)
             else:  # a server-side tool: nothing upstream can run it
                 _add(self.dropped, "dropped_tool")
 
-    def _offer_one(self, t: dict[str, Any], kind: str, namespace: str | None) -> None:
+    def _offer_one(
+        self, t: dict[str, Any], kind: str, namespace: str | None, strict: bool = False
+    ) -> None:
         name = t.get("name")
         if kind == "tool_search":
             name = name if isinstance(name, str) and name else "tool_search"
@@ -259,6 +372,8 @@ class ResponsesDoor:
             raise RequestError(f"a {kind} tool needs a 'name'", param="tools")
         chat_name = f"{namespace}{NAMESPACE_SEP}{name}" if namespace else name
         if chat_name in self.tools:
+            if strict:
+                check_unique([chat_name, chat_name], "tools")
             return
         self.tools[chat_name] = _Tool(kind, name, namespace)
         raw_description = t.get("description")
@@ -291,18 +406,41 @@ class ResponsesDoor:
         return name
 
     def _tool_choice(self, choice: Any) -> Any:
-        if choice in ("auto", "none", "required"):
+        """``tool_choice`` as chat's (None: not sent; for ``allowed_tools``
+        the mode and the chat names of the subset). A malformed one, or a
+        forced tool that is not offered, is a 400."""
+        if choice is None or choice in ("auto", "none", "required"):
             return choice
-        if not isinstance(choice, dict):
-            return None
-        kind = choice.get("type")
-        if kind in ("function", "custom") and isinstance(choice.get("name"), str):
-            name = self.chat_name(choice["name"], choice.get("namespace"))
-            if name in self.tools:
-                return {"type": "function", "function": {"name": name}}
-        if kind == "allowed_tools" and choice.get("mode") in ("auto", "required"):
-            return choice["mode"]
-        return None  # a hosted tool's choice: let the model decide
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not isinstance(kind, str):
+            raise RequestError(
+                "'tool_choice' must be auto, none, required or an object", param="tool_choice"
+            )
+        if kind in ("function", "custom"):
+            name = need_id(choice.get("name"), "tool_choice.name")
+            chat_name = self.chat_name(name, choice.get("namespace"))
+            check_offered(chat_name, self.tools, "tool_choice.name")
+            return {"type": "function", "function": {"name": chat_name}}
+        if kind == "allowed_tools":
+            mode = choice.get("mode")
+            listed = choice.get("tools")
+            if mode not in ("auto", "required") or not isinstance(listed, list):
+                raise RequestError(
+                    "'tool_choice.mode' must be auto or required, 'tool_choice.tools' an array",
+                    param="tool_choice",
+                )
+            subset: set[str] = set()
+            for i, t in enumerate(listed):
+                where = f"tool_choice.tools[{i}]"
+                if not isinstance(t, dict):
+                    raise RequestError(f"{where} must be an object", param=where)
+                if t.get("type") in ("function", "custom"):
+                    name = need_id(t.get("name"), f"{where}.name")
+                    name = self.chat_name(name, t.get("namespace"))
+                    check_offered(name, self.tools, f"{where}.name")
+                    subset.add(name)
+            return mode, subset
+        return None  # a hosted tool's choice (dropped with its tool): the model decides
 
     @staticmethod
     def _format(text: Any) -> dict[str, Any] | None:
@@ -324,7 +462,7 @@ class ResponsesDoor:
 
     def _call(self, messages: list[dict[str, Any]], call_id: Any, name: str, args: str) -> None:
         call = {
-            "id": str(call_id or ""),
+            "id": call_id,
             "type": "function",
             "function": {"name": name, "arguments": args},
         }
@@ -334,8 +472,35 @@ class ResponsesDoor:
         else:
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
+    def _flush(self, messages: list[dict[str, Any]]) -> None:
+        """The images of the function-call outputs just before, as a user
+        message after them (chat ``tool`` messages carry text on most
+        servers)."""
+        if self._images:
+            messages.append({"role": "user", "content": user_content(self._images)})
+            self._images = []
+
+    def _output(self, item: dict[str, Any], where: str) -> dict[str, Any]:
+        """A function-call output as a chat ``tool`` message: its text; its
+        images go in the user message after the outputs (``_flush``)."""
+        call_id = need_id(item.get("call_id"), f"{where}.call_id")
+        output = item.get("output")
+        if isinstance(output, str) or output is None:
+            return {"role": "tool", "tool_call_id": call_id, "content": output or ""}
+        parts = _parts(output, f"{where}.output", self.omitted)
+        texts = [p["text"] for p in parts if p["type"] == "text"]
+        images = [p for p in parts if p["type"] != "text"]
+        if images:
+            n = len(images)
+            texts.append(f"[{n} image{'s' if n > 1 else ''} in the next user message]")
+            label = f"The image{'s' if n > 1 else ''} returned by tool call {call_id}:"
+            self._images += [{"type": "text", "text": label}, *images]
+        return {"role": "tool", "tool_call_id": call_id, "content": "\n".join(texts)}
+
     def _item(self, item: dict[str, Any], messages: list[dict[str, Any]], where: str) -> None:
         kind = item.get("type") or ("message" if "role" in item else None)
+        if kind not in _OUTPUTS:
+            self._flush(messages)
         if kind == "message":
             role = item.get("role")
             content = item.get("content")
@@ -344,26 +509,23 @@ class ResponsesDoor:
             elif role == "assistant":
                 messages.append({"role": "assistant", "content": _text_of(content)})
             elif role == "user":
-                messages.append({"role": "user", "content": _parts(content, f"{where}.content")})
+                parts = _parts(content, f"{where}.content", self.omitted)
+                messages.append({"role": "user", "content": user_content(parts)})
             else:
                 raise RequestError(f"{where}.role must be a message role", param=f"{where}.role")
-        elif kind == "function_call":
-            name = self.chat_name(str(item.get("name", "")), item.get("namespace"))
-            self._call(messages, item.get("call_id"), name, json_text(item.get("arguments")))
-        elif kind == "custom_tool_call":
-            name = self.chat_name(str(item.get("name", "")), item.get("namespace"))
-            args = orjson.dumps({"input": item.get("input") or ""}).decode()
-            self._call(messages, item.get("call_id"), name, args)
+        elif kind in ("function_call", "custom_tool_call"):
+            call_id = need_id(item.get("call_id"), f"{where}.call_id")
+            name = self.chat_name(need_id(item.get("name"), f"{where}.name"), item.get("namespace"))
+            if kind == "function_call":
+                args = json_text(item.get("arguments"))
+            else:
+                args = orjson.dumps({"input": item.get("input") or ""}).decode()
+            self._call(messages, call_id, name, args)
         elif kind == "tool_search_call":
-            self._call(
-                messages, item.get("call_id"), "tool_search", json_text(item.get("arguments"))
-            )
+            call_id = need_id(item.get("call_id"), f"{where}.call_id")
+            self._call(messages, call_id, "tool_search", json_text(item.get("arguments")))
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output)
-            messages.append(
-                {"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": text}
-            )
+            messages.append(self._output(item, where))
         elif kind == "tool_search_output":
             before = set(self.tools)
             self._offer(item.get("tools"), f"{where}.tools")
@@ -371,7 +533,7 @@ class ResponsesDoor:
             messages.append(
                 {
                     "role": "tool",
-                    "tool_call_id": str(item.get("call_id", "")),
+                    "tool_call_id": need_id(item.get("call_id"), f"{where}.call_id"),
                     "content": f"Tools loaded: {found}",
                 }
             )

@@ -19,12 +19,16 @@ when it does not: a door reports them absent, never as zero).
 
 The bytes fed are the proxy's own output (the chain's, or its error
 events), so they are well-formed; anything else is skipped, not raised.
-The request-side helpers at the bottom (system messages, ids) are the
-translators' common ground.
+The request-side helpers at the bottom (system messages, ids, the
+checks both doors make of a request, efforts, what becomes of images
+and files) are the translators' common ground: one place per rule.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
 import os
 from typing import Any
 
@@ -347,3 +351,190 @@ def json_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return orjson.dumps(value if value is not None else {}).decode()
+
+
+# -- request checks (one place per rule; each a RequestError, a 400) ------------
+
+
+def check_stream(body: dict[str, Any]) -> None:
+    """``stream`` is a boolean or absent: ``"true"`` or ``1`` is a 400, not
+    a silently non-streamed reply."""
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise RequestError("'stream' must be a boolean", param="stream")
+
+
+def check_number(
+    body: dict[str, Any], key: str, low: float, high: float, *, integer: bool = False
+) -> None:
+    """``body[key]``, when present, is a number (an integer when
+    ``integer``) within ``[low, high]``."""
+    value = body.get(key)
+    if value is None:
+        return
+    kind = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        what = "an integer" if integer else "a number"
+        raise RequestError(f"'{key}' must be {what} between {low:g} and {high:g}", param=key)
+    if not low <= value <= high:
+        raise RequestError(f"'{key}' must be between {low:g} and {high:g}", param=key)
+
+
+def check_bool(body: dict[str, Any], key: str) -> None:
+    """``body[key]``, when present and not null, is a boolean."""
+    if body.get(key) is not None and not isinstance(body[key], bool):
+        raise RequestError(f"'{key}' must be a boolean", param=key)
+
+
+def check_strings(body: dict[str, Any], key: str) -> None:
+    """``body[key]``, when present, is an array of strings."""
+    value = body.get(key)
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise RequestError(f"'{key}' must be an array of strings", param=key)
+
+
+def need_id(value: Any, param: str) -> str:
+    """A required id or name: a non-empty string (never forwarded as ``""``)."""
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"'{param}' must be a non-empty string", param=param)
+    return value
+
+
+def check_unique(names: list[str], param: str) -> None:
+    """Tool names offered once each: two tools of one name cannot be told
+    apart in a call (both APIs refuse them)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise RequestError(f"tool names must be unique: {name!r} is offered twice", param=param)
+        seen.add(name)
+
+
+def check_offered(name: str, offered: Any, param: str) -> None:
+    """A forced tool must be one of the tools offered upstream."""
+    if name not in offered:
+        raise RequestError(f"tool_choice names {name!r}, which is not among 'tools'", param=param)
+
+
+# -- thinking effort ----------------------------------------------------------------
+
+#: A door's effort -> the chat ``reasoning_effort`` the servers know (vLLM,
+#: SGLang, Ollama, LM Studio take low, medium, high; gpt-oss's template
+#: the same three): the efforts above high are its highest.
+EFFORTS = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
+
+#: Thinking switched off, as the servers understand it: the chat template's
+#: switch (vLLM, SGLang and llama.cpp pass ``chat_template_kwargs`` to the
+#: template; Qwen3's and the other hybrid templates read
+#: ``enable_thinking``). ``reasoning_effort: "none"`` is not sent: older
+#: vLLM builds refuse any value but low, medium, high. The proxy reads the
+#: same switch (``context.thinking_switch``): no reasoning hold then.
+THINKING_OFF: dict[str, Any] = {"enable_thinking": False}
+
+
+def set_effort(chat: dict[str, Any], effort: str | None) -> None:
+    """``effort`` (a door's word, or ``"none"``) on the chat request."""
+    if effort == "none":
+        chat["chat_template_kwargs"] = dict(THINKING_OFF)
+    elif effort in EFFORTS:
+        chat["reasoning_effort"] = EFFORTS[effort]
+
+
+# -- images and files ------------------------------------------------------------------
+
+#: Text a model reads where an image was left out (the row does not take
+#: images): it knows something was there, and can say so.
+IMAGE_OMITTED = "[an image was omitted here: this model does not take images]"
+
+#: Media types of a file or document passed on as its text.
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
+
+#: Longest file or document text passed on (characters): bounded, as the
+#: rest of a request is by the body's size limit.
+MAX_FILE_CHARS = 1 << 20
+
+
+def count(counts: dict[str, int], kind: str, n: int = 1) -> None:
+    counts[kind] = counts.get(kind, 0) + n
+
+
+def is_text_type(media_type: Any) -> bool:
+    return isinstance(media_type, str) and media_type.lower().startswith(_TEXT_TYPES)
+
+
+def file_omitted(what: str, media_type: Any) -> str:
+    """What the model reads in place of a file it cannot be given (a PDF,
+    a spreadsheet): the client is told in the counts, the model in the
+    text."""
+    kind = f" ({media_type})" if isinstance(media_type, str) and media_type else ""
+    return f"[{what}{kind} was omitted here: streamfix passes only text files and images]"
+
+
+def decode_text(data: Any) -> str | None:
+    """Base64 ``data`` as UTF-8 text (``None`` when it is not)."""
+    if not isinstance(data, str):
+        return None
+    try:
+        return base64.b64decode(data, validate=False).decode("utf-8")[:MAX_FILE_CHARS]
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def data_url_text(url: Any) -> tuple[str | None, str | None]:
+    """(the text, the media type) of a ``data:`` URL; text ``None`` when it
+    is not a text type or not decodable."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None, None
+    head, _, data = url[5:].partition(",")
+    media_type = head.split(";")[0] or None
+    if not is_text_type(media_type):
+        return None, media_type
+    if ";base64" in head:
+        return decode_text(data), media_type
+    return data[:MAX_FILE_CHARS], media_type
+
+
+def no_file_ids(where: str) -> RequestError:
+    """A file referenced by id: the proxy has no Files API to resolve it."""
+    return RequestError(
+        f"{where}: files referenced by id cannot be read: streamfix stores no files; "
+        "send the data itself (base64, or a data: URL)",
+        param=where,
+    )
+
+
+def user_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A user message's content: text when every part is text (what every
+    chat template reads), else the parts."""
+    if all(p.get("type") == "text" for p in parts):
+        return "\n".join(str(p.get("text", "")) for p in parts)
+    return parts
+
+
+def omit_images(chat: dict[str, Any], counts: dict[str, int]) -> None:
+    """Every image part of ``chat``'s messages replaced by
+    ``IMAGE_OMITTED`` (the row does not take images), each counted as
+    ``image``: a text-only server answers an image with an error, or worse,
+    reads its base64 as text."""
+    for m in chat.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(content, list):
+            continue
+        if not any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+            continue
+        parts: list[dict[str, Any]] = []
+        for p in content:
+            if isinstance(p, dict) and p.get("type") == "image_url":
+                count(counts, "image")
+                parts.append({"type": "text", "text": IMAGE_OMITTED})
+            else:
+                parts.append(p)
+        m["content"] = user_content(parts)

@@ -72,9 +72,12 @@ def _base_env(home: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
 
 
-async def run_claude(root_url: str, prompt: str, home: Path, cwd: Path) -> Run:
-    """``claude -p`` with the Write tool allowed, against ``root_url`` (the
-    proxy's root, without ``/v1``: Claude Code adds ``/v1/messages``)."""
+async def run_claude(
+    root_url: str, prompt: str, home: Path, cwd: Path, tools: str = "Write"
+) -> Run:
+    """``claude -p`` with ``tools`` allowed (default the Write tool), against
+    ``root_url`` (the proxy's root, without ``/v1``: Claude Code adds
+    ``/v1/messages``)."""
     env = _base_env(home) | {
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": root_url,
@@ -91,7 +94,7 @@ async def run_claude(root_url: str, prompt: str, home: Path, cwd: Path) -> Run:
         "--model",
         "qwen3-coder",
         "--allowedTools",
-        "Write",
+        tools,
         "--permission-mode",
         "acceptEdits",
         "--output-format",

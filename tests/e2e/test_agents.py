@@ -15,6 +15,8 @@ the agent gets a reply and exits without an error.
 from __future__ import annotations
 
 import shlex
+import struct
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +67,7 @@ def scripted(shape: str, name: str, arguments: dict[str, Any]) -> Callable[[Rece
     return reply
 
 
-def check_requests(up: FakeUpstream, tool: str) -> None:
+def check_requests(up: FakeUpstream, tool: str, last: str = "tool") -> None:
     chats = up.chat_requests
     assert len(chats) == 2, [r.body.get("messages") for r in chats]
     for rec in chats:
@@ -75,8 +77,9 @@ def check_requests(up: FakeUpstream, tool: str) -> None:
         assert messages[0]["role"] == "system"
         assert tool in [t["function"]["name"] for t in rec.body["tools"]]
     turn2 = chats[1].body["messages"]
-    assert turn2[-2]["role"] == "assistant" and turn2[-2]["tool_calls"]
-    assert turn2[-1]["role"] == "tool"
+    if last == "tool":
+        assert turn2[-2]["role"] == "assistant" and turn2[-2]["tool_calls"]
+    assert turn2[-1]["role"] == last
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -116,6 +119,55 @@ async def test_codex_runs_a_call_written_as_text(shape: str, tmp_path: Path) -> 
     assert "I created the file." in run.stdout
     assert (tmp_path / "last.txt").read_text().strip() == "I created the file."
     check_requests(up, "exec_command")
+
+
+def png(width: int = 8, height: int = 8) -> bytes:
+    """A valid RGB PNG (a grey square): what Claude Code's Read tool reads
+    as an image."""
+    raw = b"".join(b"\x00" + b"\x80" * (3 * width) for _ in range(height))
+
+    def part(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + part(b"IHDR", header)
+        + part(b"IDAT", zlib.compress(raw))
+        + part(b"IEND", b"")
+    )
+
+
+async def test_claude_code_read_image_reaches_a_vision_upstream(tmp_path: Path) -> None:
+    """Claude Code's Read tool returns a .png as an image block in its
+    tool_result: on a vision row it reaches the upstream as an image part
+    of a user message after the tool message (issue 31)."""
+    agent_bin("claude")
+    work = tmp_path / "work"
+    work.mkdir()
+    shot = work / "shot.png"
+    shot.write_bytes(png())
+    script = scripted("hermes", "Read", {"file_path": str(shot)})
+    async with (
+        FakeUpstream(handler=script) as up,
+        AppServer(proxy_app(up.url + "#vision=true")) as px,
+    ):
+        run = await run_claude(px.root, f"Describe the image {shot}", tmp_path, work, tools="Read")
+    assert run.returncode == 0, run.stderr
+    assert "I created the file." in run.stdout
+    check_requests(up, "Read", last="user")
+    turn2 = up.chat_requests[1].body["messages"]
+    images = [
+        p["image_url"]["url"]
+        for m in turn2
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
+    assert len(images) == 1 and images[0].startswith("data:image/png;base64,"), turn2[-3:]
+    roles = [m["role"] for m in turn2]
+    assert roles[-3:] == ["assistant", "tool", "user"]
 
 
 # -- the real model ---------------------------------------------------------------

@@ -12,6 +12,7 @@ import orjson
 from aiohttp import web
 
 from ...errors import RequestError
+from ...wire.turn import check_stream
 from ..upstream.table import tenant_label
 
 if TYPE_CHECKING:
@@ -151,8 +152,7 @@ def validate_completion(body: Any) -> dict[str, Any]:
     prompt = body.get("prompt")
     if not isinstance(prompt, str | list):
         raise RequestError("'prompt' must be a string or an array", param="prompt")
-    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
-        raise RequestError("'stream' must be a boolean", param="stream")
+    check_stream(body)
     v = body.get("max_tokens")
     if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
         raise RequestError("'max_tokens' must be a positive integer", param="max_tokens")
@@ -168,8 +168,7 @@ def validate_chat(body: Any) -> dict[str, Any]:
         raise RequestError("'messages' must be a non-empty array", param="messages")
     if not all(isinstance(m, dict) for m in messages):
         raise RequestError("each message must be an object", param="messages")
-    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
-        raise RequestError("'stream' must be a boolean", param="stream")
+    check_stream(body)
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise RequestError("'tools' must be an array", param="tools")

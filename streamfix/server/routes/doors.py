@@ -4,7 +4,12 @@ Each door handler reads the body, has ``streamfix.wire`` translate it to
 a chat-completions body (a RequestError is a 400 in the door's own error
 shape), and hands both to ``routes.chat.serve_chat``: the same budgets,
 failover, asking again and repair chain as ``/v1/chat/completions``, with
-the reply encoded by the door. ``door_errors_mw`` gives every error
+the reply encoded by the door. An image for a model that takes none
+(no row it may go to has ``vision``) is replaced by a note to the model
+and counted (``streamfix_dropped_parts_total{door,part}``, with the parts
+the translation left out: docs/doors.md); a chat client's images go on
+as sent (it speaks the upstream's API: the upstream's error is its answer).
+``door_errors_mw`` gives every error
 answered on a door's path (the proxy's own, an upstream's relayed one, a
 401 from the key check) that door's error shape: Anthropic's on the
 Messages paths, OpenAI's on the Responses path (an upstream's bare
@@ -24,12 +29,13 @@ from ...wire import Door
 from ...wire.messages import MessagesDoor, reshape_error
 from ...wire.responses import ResponsesDoor
 from ...wire.responses import reshape_error as reshape_openai_error
+from ...wire.turn import omit_images
 from .. import record
 from ..caller.validate import loads_request, read_body, validate_chat
 from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
-from ..upstream.table import tenant_label
+from ..upstream.table import tenant_label, tenant_of
 from .chat import serve_chat
 
 MESSAGES = "/v1/messages"
@@ -76,11 +82,25 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
         except RequestError as exc:
             proxy.count(endpoint, False, exc.status, tenant_label(request))
             raise
+        if not _takes_images(proxy, request, door.chat_body.get("model")):
+            omit_images(door.chat_body, door.omitted)
         proxy.metrics.count_report(door.dropped)
+        proxy.metrics.count_dropped_parts(endpoint, door.omitted)
         record.door(endpoint, door.chat_body)
         return await serve_chat(request, door.chat_body, door)
 
     return handle
+
+
+def _takes_images(proxy: Proxy, request: web.Request, model: Any) -> bool:
+    """Whether every row the request may go to takes images (``vision``,
+    configured or probed): failover may pick any of them. A model not
+    found is answered by the chat path; nothing to omit for it."""
+    try:
+        route = proxy.table.route("chat", model, tenant_of(request))
+    except RequestError:
+        return True
+    return all(up.takes_images(up.served(model)) for up in route.rows)
 
 
 async def count_tokens(request: web.Request) -> web.Response:

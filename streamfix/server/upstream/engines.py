@@ -15,7 +15,8 @@ and the request fields only it accepts.
     ``meta`` object (``n_ctx`` on newer builds, ``n_ctx_train`` = the
     trained length); ``GET /props`` gives
     ``default_generation_settings.n_ctx``, the context of one slot, which is
-    what one request gets (``tools/server/README.md``).
+    what one request gets, and ``modalities.vision``, whether the model
+    takes images (``tools/server/README.md``).
   * Ollama: ``GET /api/version`` recognises it; ``GET /api/ps`` gives the
     ``context_length`` a loaded model runs with, ``POST /api/show`` the
     ``num_ctx`` of its Modelfile ``parameters`` and the trained
@@ -80,6 +81,9 @@ class UpstreamInfo:
     window: int | None  # context window in tokens, None if unknown
     engine: str | None  # one of ENGINES, None if not recognised
     reasoning: bool = False  # model known/configured to reason before answering
+    #: The server says the model takes images (llama.cpp's ``/props``
+    #: ``modalities.vision``, true when it runs with an ``--mmproj``).
+    vision: bool = field(default=False, compare=False)
     #: The model the probe described (the row's, else the first listed):
     #: what ``reasoning`` is about.
     model: str | None = field(default=None, compare=False)
@@ -155,7 +159,9 @@ class _Prober:
             # n_ctx (newer builds) is the server's context; n_ctx_train is
             # the model's trained length, an upper bound at best.
             window = _valid_window(meta.get("n_ctx")) or _valid_window(meta.get("n_ctx_train"))
-        return UpstreamInfo(window, "llamacpp")
+        modalities = props.get("modalities") if isinstance(props, dict) else None
+        vision = isinstance(modalities, dict) and modalities.get("vision") is True
+        return UpstreamInfo(window, "llamacpp", vision=vision)
 
     async def ollama(self, model: str | None) -> UpstreamInfo:
         window: int | None = None

@@ -244,6 +244,13 @@ class Upstream:
         facts = self.facts(model)
         return facts is not None and facts.reasoning
 
+    def takes_images(self, model: str) -> bool:
+        """Whether ``model`` on this row takes images: configured
+        (``vision``) or probed for that model (as ``reasons``)."""
+        if self.cfg.vision:
+            return True
+        return self.info.vision and (self.cfg.model is not None or self.info.model == model)
+
     def prompt_opens(self, model: str) -> bool:
         """Whether ``model``'s template is known to open the reasoning in
         the prompt (seen closing reasoning it never opened)."""
