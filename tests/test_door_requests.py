@@ -62,10 +62,10 @@ class Stack:
                 return float(row.split()[-1])
         return 0.0
 
-    async def message(self, **kw: Any) -> Any:
+    async def message(self, reply: str = "ok", **kw: Any) -> Any:
         kw.setdefault("model", "m")
         kw.setdefault("max_tokens", 256)
-        self.up.push(Reply.json(completion("ok")))
+        self.up.push(Reply.json(completion(reply)))
         return await self.ant.messages.create(**kw)
 
     async def response(self, **kw: Any) -> Any:
@@ -327,6 +327,7 @@ async def test_messages_output_format_is_response_format() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     async with stack() as s:
         await s.message(
+            '{"a": 1}',  # what the format asks for: no second ask
             messages=USER,
             extra_body={
                 "thinking": {"type": "adaptive"},
