@@ -50,6 +50,7 @@ from ..chain import Chain
 from ..context import Context, Options, Report
 from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
+from ..narrow import NarrowNote
 from ..plugins import factories
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
@@ -286,6 +287,14 @@ def replay_document(
         steps = (*options.get("transforms", ()), *extra_steps)
         if steps:
             options["transforms"] = factories(tuple(steps))
+        kept = att.get("narrowed")
+        if isinstance(kept, dict):  # sent with only these tools (--narrow-tools)
+            note = NarrowNote.factory(kept, set())
+            options["transforms"] = (*options.get("transforms", ()), note)
+            result.notes.append(
+                f"attempt {i + 1} narrowed to {len(kept.get('kept') or ())} of "
+                f"{kept.get('of')} tools: {', '.join(map(str, kept.get('kept') or ()))}"
+            )
         reads = [decode_bytes(r) for r in att.get("reads") or ()]
         last = i == len(attempts) - 1
         # The proxy's paths: a stream; a whole completion for a stream (sent on
