@@ -114,6 +114,7 @@ class Retrieval:
     declined: int = 0
     narrowed_hits: int = 0
     shown: int = 0
+    most_shown: int = 0
 
     @property
     def narrowed(self) -> int:
@@ -143,6 +144,7 @@ def lexical(questions: list[Question], size: int, seed: int = 0) -> Retrieval:
             r.declined += 1
             continue
         r.shown += len(d.kept)
+        r.most_shown = max(r.most_shown, len(d.kept))
         r.narrowed_hits += bool(q.gold & set(d.kept))
     return r
 
@@ -267,6 +269,7 @@ async def embedded(questions: list[Question], size: int, seed: int = 0) -> Retri
                     r.declined += 1
                     continue
                 r.shown += len(kept)
+                r.most_shown = max(r.most_shown, len(kept))
                 r.narrowed_hits += bool(q.gold & set(kept))
     finally:
         for runner in reversed(runners):
