@@ -243,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
         "narrow_embedding",
         str,
         "rank tools for --narrow-tools with this embedding row (its public name) instead "
-        "of the lexical ranker (default none)",
+        "of the lexical ranker (default off)",
         "NAME",
     ),
     Setting("workers", int, "processes serving the same port with SO_REUSEPORT (default 1)", "N"),

@@ -172,18 +172,24 @@ def narrow_to_tool(body: dict[str, Any], name: str) -> dict[str, Any]:
     return with_instruction(out, NAMED_INSTRUCTION.format(name=name, purpose=purpose))
 
 
-def narrow_to_tools(body: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def narrow_to_tools(
+    body: dict[str, Any], names: list[str], required: bool | None = None
+) -> dict[str, Any]:
     """``body`` offering only the function tools ``names`` (the ranking's
     choice), with ``tool_choice: "auto"`` and a one-line instruction naming
-    them with their purposes (``purpose_of``). ``required`` keeps its
-    force in the instruction's words, not as a decoding constraint."""
+    them with their purposes (``purpose_of``). ``required`` (default: the
+    body's ``tool_choice``; the client's, when ``--required soft`` already
+    sent ``auto``) keeps its force in the instruction's words, not as a
+    decoding constraint."""
     tools = _only(body, names)
     listed = []
     for t in tools:
         first = purpose_of(t, MAX_NARROWED_PURPOSE)
         name = t["function"]["name"]
         listed.append(f"{name} ({first})" if first else name)
-    template = NARROWED_REQUIRED if body.get("tool_choice") == "required" else NARROWED_INSTRUCTION
+    if required is None:
+        required = body.get("tool_choice") == "required"
+    template = NARROWED_REQUIRED if required else NARROWED_INSTRUCTION
     out = {**body, "tools": tools, "tool_choice": "auto"}
     return with_instruction(out, template.format(tools="; ".join(listed)))
 

@@ -95,7 +95,9 @@ async def serve_chat(
     narrowed = await narrowing.decide(scope, body) if name is None else None
     full = up_body
     if narrowed is not None and narrowed.kept is not None:
-        up_body = narrow_to_tools(up_body, narrowed.kept)
+        up_body = narrow_to_tools(
+            up_body, narrowed.kept, required=body.get("tool_choice") == "required"
+        )
     if tools:
         await proxy.build_matcher(tools)
     if door is not None:
