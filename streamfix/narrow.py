@@ -10,7 +10,8 @@ by ``server/reask.narrow_to_tools``.
 
 - **The turn** (``turn_text``): the last user message, and the last tool
   result when the turn follows one (the model decides what to call next
-  from it).
+  from it), without the blocks agents add for the model's sake
+  (``<system-reminder>``, ``<environment_context>``).
 - **The tools' text** (``tool_text``): the name split into words (snake,
   camel, kebab, dotted), the description, each parameter's name (split)
   and description, nested ones too, bounded.
@@ -67,6 +68,10 @@ RATIO = 0.6
 K1 = 1.2
 B = 0.75
 
+#: Most characters of a tool's description that are read: the opening
+#: says what the tool is for; the rest of a long one (coding agents'
+#: run to pages of usage notes) names every other thing in passing.
+MAX_DESCRIPTION_CHARS = 300
 #: Most characters of one tool's text, and of the turn's, that are read.
 MAX_TOOL_CHARS = 4000
 MAX_TURN_CHARS = 4000
@@ -95,11 +100,15 @@ def words(text: str) -> list[str]:
 
 
 def _stem(w: str) -> str:
-    if len(w) > 4:
-        for suffix in ("ing", "ies", "ed", "es", "s"):
-            if w.endswith(suffix) and len(w) - len(suffix) >= 3:
-                return w[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return w
+    """A crude stem: one inflection off, then a final ``e`` (``create``,
+    ``creates`` and ``created`` all become ``creat``)."""
+    if len(w) <= 3:
+        return w
+    for suffix in ("ing", "ies", "ed", "es", "s"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            w = w[: -len(suffix)] + ("y" if suffix == "ies" else "")
+            break
+    return w[:-1] if w.endswith("e") and len(w) > 3 else w
 
 
 def _function(tool: Any) -> dict[str, Any] | None:
@@ -116,7 +125,7 @@ def tool_text(fn: Mapping[str, Any]) -> str:
     """What a function tool is ranked by: its name (twice: names are the
     most telling words), description, parameter names and descriptions."""
     name = str(fn.get("name") or "")
-    parts = [name, name, str(fn.get("description") or "")]
+    parts = [name, name, str(fn.get("description") or "")[:MAX_DESCRIPTION_CHARS]]
     _params(fn.get("parameters"), parts, 0)
     return " ".join(parts)[:MAX_TOOL_CHARS]
 
@@ -137,14 +146,22 @@ def _params(schema: Any, parts: list[str], depth: int) -> None:
         _params(items, parts, depth + 1)
 
 
+#: What agents add to the user's message for the model's sake, not the
+#: user's (Claude Code's reminders about git attribution, Codex's
+#: environment): left out of the turn, or they outweigh the request.
+_AGENT_BLOCKS = re.compile(
+    r"<(system-reminder|environment_context|user_instructions)>.*?</\1>", re.DOTALL
+)
+
+
 def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
     if isinstance(content, list):
-        return " ".join(
+        content = " ".join(
             p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
-    return ""
+    if not isinstance(content, str):
+        return ""
+    return _AGENT_BLOCKS.sub(" ", content) if "</" in content else content
 
 
 def turn_text(messages: Sequence[Any]) -> str:

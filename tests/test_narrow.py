@@ -52,9 +52,11 @@ NAMES = narrow.tool_names(TOOLS)
 
 def test_words_split_names_in_every_style() -> None:
     assert narrow.words("sendEmail") == ["send", "email"]
-    assert narrow.words("create-calendar-event") == ["create", "calendar", "event"]
-    assert narrow.words("stock.quote get_HTTPResponse") == ["stock", "quote", "http", "response"]
-    assert narrow.words("the orders of flights") == ["order", "flight"]  # stop words, stems
+    assert narrow.words("create-calendar-event") == ["creat", "calendar", "event"]
+    assert narrow.words("stock.quote get_HTTPResponse") == ["stock", "quot", "http", "respons"]
+    # stop words out; one stem for a word's forms
+    assert narrow.words("the orders of flights") == ["order", "flight"]
+    assert {*narrow.words("create creates created creating")} == {"creat"}
 
 
 def test_tool_text_has_the_name_description_and_parameters() -> None:
@@ -182,3 +184,26 @@ def test_narrow_to_tools_sends_the_kept_tools_with_their_purposes() -> None:
     required = narrow_to_tools({**body, "tool_choice": "required"}, ["get_weather"])
     assert required["tool_choice"] == "auto"
     assert required["messages"][0]["content"].startswith("Answer this turn by calling one of")
+
+
+def test_what_agents_add_for_the_model_is_not_the_turn() -> None:
+    reminder = (
+        "<system-reminder>\nEnd git commit messages with a pull request line\n</system-reminder>"
+    )
+    msgs = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": reminder},
+                {"type": "text", "text": "Weather in Oslo?"},
+            ],
+        }
+    ]
+    assert narrow.turn_text(msgs).split() == ["Weather", "in", "Oslo?"]
+    env = "<environment_context><cwd>/w</cwd></environment_context> list the git commits"
+    assert narrow.turn_text([{"role": "user", "content": env}]).split() == [
+        "list",
+        "the",
+        "git",
+        "commits",
+    ]
