@@ -136,8 +136,9 @@ class Retrieval:
 def lexical(questions: list[Question], size: int, seed: int = 0) -> Retrieval:
     """The lexical ranker and the default decision on one pool size."""
     r = Retrieval()
+    cache = narrow.VectorCache()
     for q, tools in pooled(questions, size, seed):
-        names, scores = narrow.rank_lexical(tools, narrow.turn_text(q.messages))
+        names, scores = narrow.rank_lexical(tools, narrow.turn_text(q.messages), cache)
         d = narrow.decide(names, scores)
         r.turns += 1
         if d.kept is None:

@@ -290,10 +290,20 @@ def decide(
     return Decision(n, chosen + extra, scores={names[i]: round(rel[i], 3) for i in order[:keep]})
 
 
-def rank_lexical(tools: Sequence[Any], turn: str) -> tuple[list[str], list[float]]:
-    """The function tools' names and their BM25 scores for ``turn``."""
+def rank_lexical(
+    tools: Sequence[Any], turn: str, cache: VectorCache | None = None
+) -> tuple[list[str], list[float]]:
+    """The function tools' names and their BM25 scores for ``turn``; the
+    index of a tool set seen before is taken from ``cache``."""
     fns = [fn for fn in map(_function, tools) if fn is not None]
-    return [fn["name"] for fn in fns], Bm25(tool_text(fn) for fn in fns).scores(turn)
+    texts = [tool_text(fn) for fn in fns]
+    key = VectorCache.key("", texts)
+    index = cache.get(key) if cache is not None else None
+    if not isinstance(index, Bm25):
+        index = Bm25(texts)
+        if cache is not None:
+            cache.put(key, index)
+    return [fn["name"] for fn in fns], index.scores(turn)
 
 
 class NarrowNote:
@@ -333,15 +343,16 @@ MAX_TOOL_SETS = 64
 
 
 class VectorCache:
-    """The tools' vectors per (embedding model, tool set), least recently
-    used out past ``size`` sets: a client sends the same tools every turn,
-    so only the turn is embedded then."""
+    """What is made of a tool set once, per (embedding model or ``""``,
+    tool set): the tools' vectors, or their BM25 index; least recently
+    used out past ``size`` sets. A client sends the same tools every turn,
+    so only the turn is embedded or scored then."""
 
     __slots__ = ("_sets", "size")
 
     def __init__(self, size: int = MAX_TOOL_SETS) -> None:
         self.size = size
-        self._sets: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
+        self._sets: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
     @staticmethod
     def key(model: str, texts: Sequence[str]) -> tuple[str, str]:
@@ -350,14 +361,14 @@ class VectorCache:
             digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
         return model, digest.hexdigest()
 
-    def get(self, key: tuple[str, str]) -> list[list[float]] | None:
+    def get(self, key: tuple[str, str]) -> Any:
         vectors = self._sets.get(key)
         if vectors is not None:
             self._sets.move_to_end(key)
         return vectors
 
-    def put(self, key: tuple[str, str], vectors: list[list[float]]) -> None:
-        self._sets[key] = vectors
+    def put(self, key: tuple[str, str], value: Any) -> None:
+        self._sets[key] = value
         self._sets.move_to_end(key)
         while len(self._sets) > self.size:
             self._sets.popitem(last=False)

@@ -207,3 +207,16 @@ def test_what_agents_add_for_the_model_is_not_the_turn() -> None:
         "git",
         "commits",
     ]
+
+
+def test_a_tool_set_seen_before_is_scored_from_its_cached_index() -> None:
+    cache = narrow.VectorCache()
+    first = narrow.rank_lexical(TOOLS, WEATHER_TURN, cache)
+    (index,) = cache._sets.values()
+    assert isinstance(index, narrow.Bm25)
+    assert narrow.rank_lexical(TOOLS, WEATHER_TURN, cache) == first
+    assert len(cache) == 1 and next(iter(cache._sets.values())) is index
+    assert narrow.rank_lexical(TOOLS, WEATHER_TURN) == first  # the same without a cache
+
+
+WEATHER_TURN = "What's the weather like in Paris today?"

@@ -382,7 +382,7 @@ async def test_the_embedding_row_ranks_and_the_tools_are_embedded_once() -> None
     assert [len(i) for i in emb.inputs] == [1 + len(TOOLS), 1]  # the tools once, then the turn
     assert emb.inputs[0][0] == WEATHER
     assert all("get_weather" in shown(r) and len(shown(r)) == narrow.KEEP for r in up.chat_requests)
-    assert len(app[PROXY].tool_vectors) == 1
+    assert len(app[PROXY].tool_sets) == 1
 
 
 async def test_an_embedding_row_that_fails_leaves_the_words_to_decide() -> None:

@@ -8,9 +8,10 @@ offers tools with ``tool_choice`` absent, ``"auto"`` or ``"required"``
 The ranking and the decision are ``streamfix/narrow.py``'s, pure; the
 only I/O here is the embedding path: with ``narrow_embedding`` set, the
 tools' texts are embedded once per tool set (``narrow.VectorCache`` on
-the proxy, bounded) and the turn once per request, through the table's
-embedding row of that name (``Exchange.open``: its weights, failover,
-retries and keys), not recorded. When that row cannot answer, the lexical
+the proxy, bounded, which also keeps each tool set's BM25 index) and the
+turn once per request, through the table's embedding row of that name
+(``Exchange.open``: its weights, failover, retries and keys), not
+recorded. When that row cannot answer, the lexical
 ranker decides (logged).
 
 Not narrowed is counted at once (``streamfix_narrowed_total{outcome=
@@ -69,7 +70,7 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     if model is not None and turn.strip():
         scores = await _embedded_scores(scope, model, tools, turn)
     if scores is None:
-        names, scores = narrow.rank_lexical(tools, turn)
+        names, scores = narrow.rank_lexical(tools, turn, scope.proxy.tool_sets)
     d = narrow.decide(names, scores, narrow.called_before(messages))
     if not d.narrowed:
         metrics.narrowed.labels(d.outcome).inc()
@@ -84,7 +85,9 @@ async def _embedded_scores(
     proxy = scope.proxy
     texts = [narrow.tool_text(t["function"]) for t in tools if narrow.tool_names([t])]
     key = narrow.VectorCache.key(model, texts)
-    cached = proxy.tool_vectors.get(key)
+    cached = proxy.tool_sets.get(key)
+    if not isinstance(cached, list):
+        cached = None
     inputs = [turn[: narrow.MAX_TURN_CHARS]] + ([] if cached is not None else texts)
     try:
         rows = scope.table.route("embedding", model, None).rows
@@ -108,7 +111,7 @@ async def _embedded_scores(
         return None
     if cached is None:
         cached = vectors[1:]
-        proxy.tool_vectors.put(key, cached)
+        proxy.tool_sets.put(key, cached)
     return narrow.cosine(cached, vectors[0])
 
 

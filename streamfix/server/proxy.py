@@ -86,8 +86,8 @@ class Proxy:
             reasoning_reserve=config.reasoning_reserve,
         )
         self.ask = AskAgain(config.max_reasks, self.policy, self.metrics)
-        #: The tools' vectors for ``--narrow-tools`` with ``narrow_embedding``.
-        self.tool_vectors = VectorCache()
+        #: ``--narrow-tools``: each tool set's BM25 index or vectors.
+        self.tool_sets = VectorCache()
         # ``connect`` bounds the wait for a pooled connection too: a backstop
         # behind ``slot`` (the probes share the pool, outside the slots).
         self.timeout = aiohttp.ClientTimeout(

@@ -39,7 +39,8 @@ The file (``FORMAT``, one JSON object, indented)::
      "attempts": [{"upstream", "status", "content_type", "options",
                    "sent": {keys the proxy added or changed upstream},
                    "reads": [{"t": seconds, "text" | "base64": …}, …],
-                   "report": {"counts", "cut", "empty_after_repair", …}}],
+                   "report": {"counts", "cut", "empty_after_repair", …},
+                   "narrowed": {"kept": [names], "of": N}  (--narrow-tools only)}],
      "upstream_errors": [[upstream, kind], …],
      "response": {"status", "stream", "text" | "base64"}, "incomplete": false}
 

@@ -13,6 +13,10 @@ An attempt the proxy discarded (it asked again) is replayed too: if today's
 chain would not ask again (the reply is no longer empty, the call no longer
 cut off), that is a difference.
 
+An attempt sent with narrowed tools (``--narrow-tools``) is replayed with
+the note it carried then, and a line says which tools were kept of how
+many; the chain, then as now, knows every tool the client offered.
+
 A front door's recording (``/v1/messages``, ``/v1/responses``) is
 replayed on its chat side: the chat body the door made, the reads through
 today's chain, compared with the chat chunks (or completion) the chain
