@@ -20,6 +20,7 @@ separated), or TOML tables::
     name = "fast"       # the name clients ask for (default: model)
     kind = "chat"       # or "embedding" (default chat)
     transform = ["mypkg.steps:Redact"]  # user steps for this row's replies
+    narrow_tools = "auto"  # show the model only the tools a turn needs (or "off")
 
 User steps and shapes (docs/extending.md): ``--transform module:factory``
 (repeatable; ``transform = [...]`` in TOML, ``STREAMFIX_TRANSFORM``
@@ -41,6 +42,13 @@ Tenants (TOML only) scope inbound keys to models::
     name = "team-a"
     api_key = ["sk-team-a"]
     models = ["fast"]   # public names this tenant may use; "*" for all
+    narrow_tools = "off"  # outranks the row's and the global setting
+
+Tool narrowing (``streamfix/narrow.py``, ``server/narrowing.py``) is off
+unless ``--narrow-tools auto`` (``narrow_tools``), a row's
+``narrow_tools`` or a tenant's says so; the tenant's word comes first,
+then the row's, then the global one. ``narrow_embedding = "NAME"`` ranks
+with the table's embedding row of that public name instead of BM25.
 
 Keys are never logged: ``UpstreamConfig.__repr__`` hides them. An empty
 or blank key, or one with blanks around it, is refused wherever keys are
@@ -65,6 +73,19 @@ ENV_PREFIX = "STREAMFIX_"
 #: The kinds of upstream row: what each serves.
 KINDS = ("chat", "embedding")
 
+#: ``narrow_tools`` values: globally, per row, per tenant.
+NARROW_MODES = ("off", "auto")
+
+
+def _narrow_mode(value: Any, where: str) -> str | None:
+    """A ``narrow_tools`` value (None: not set)."""
+    if value is None:
+        return None
+    mode = str(value).strip().lower()
+    if mode not in NARROW_MODES:
+        raise ConfigError(f"{where}: narrow_tools must be 'off' or 'auto'")
+    return mode
+
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
@@ -85,6 +106,9 @@ class UpstreamConfig:
     #: User steps (``module:factory``) for replies from this row: the
     #: global ``--transform`` ones, then the row's own (``build_config``).
     transforms: tuple[str, ...] = ()
+    #: Tool narrowing for this row's requests ("auto", "off"; None: the
+    #: global setting).
+    narrow_tools: str | None = None
 
     def __repr__(self) -> str:  # no key, no password from the URL
         return (
@@ -126,6 +150,8 @@ class TenantConfig:
     name: str
     api_keys: tuple[str, ...] = field(repr=False)
     models: tuple[str, ...]  # public names; "*" for every model
+    #: Tool narrowing for this tenant ("auto", "off"; None: the row's).
+    narrow_tools: str | None = None
 
     def allows(self, model: str) -> bool:
         return "*" in self.models or model in self.models
@@ -162,6 +188,8 @@ class ServerConfig:
     port: int = 8787
     api_keys: list[str] = field(default_factory=list, repr=False)
     required: str = "soft"
+    narrow_tools: str = "off"
+    narrow_embedding: str | None = None
     workers: int = 1
     max_reasks: int = 2
     # budgets (streamfix.server.upstream.budget.BudgetPolicy)
@@ -206,6 +234,21 @@ SETTINGS: tuple[Setting, ...] = (
         "tool_choice 'required': 'soft' sends 'auto' upstream and asks once more "
         "when the reply has no call; 'off' forwards it unchanged (default soft)",
         choices=("soft", "off"),
+    ),
+    Setting(
+        "narrow_tools",
+        str,
+        "'auto' ranks the offered tools against each turn and shows the model only the "
+        "few it needs, when the ranking is sure (more than 8 tools, tool_choice auto or "
+        "required); a reply without a call is asked again with every tool (default off)",
+        choices=NARROW_MODES,
+    ),
+    Setting(
+        "narrow_embedding",
+        str,
+        "rank tools for --narrow-tools with this embedding row (its public name) instead "
+        "of the lexical ranker (default off)",
+        "NAME",
     ),
     Setting("workers", int, "processes serving the same port with SO_REUSEPORT (default 1)", "N"),
     Setting("max_reasks", int, "most times one request is asked again upstream (default 2)", "N"),
@@ -372,7 +415,7 @@ def parse_upstream(spec: str) -> UpstreamConfig:
 
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     known = {"url", "weight", "api_key", "window", "reasoning", "vision", "model", "name", "kind"}
-    known.add("transform")
+    known.update(("transform", "narrow_tools"))
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"upstream: unknown option(s) {', '.join(unknown)}")
@@ -402,6 +445,7 @@ def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
         public=public,
         kind=kind,
         transforms=tuple(_specs("transform", table.get("transform"))),
+        narrow_tools=_narrow_mode(table.get("narrow_tools"), f"upstream {url}"),
     )
 
 
@@ -420,7 +464,7 @@ def parse_tenant(table: Any) -> TenantConfig:
     """One ``[[tenant]]`` table."""
     if not isinstance(table, dict):
         raise ConfigError("config file: [[tenant]] must be tables")
-    unknown = sorted(set(table) - {"name", "api_key", "models"})
+    unknown = sorted(set(table) - {"name", "api_key", "models", "narrow_tools"})
     if unknown:
         raise ConfigError(f"tenant: unknown option(s) {', '.join(unknown)}")
     name = str(table.get("name") or "").strip()
@@ -435,7 +479,12 @@ def parse_tenant(table: Any) -> TenantConfig:
         check_key(k, f"tenant {name}")
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ConfigError(f"tenant {name}: models must be a list of model names")
-    return TenantConfig(name=name, api_keys=tuple(keys), models=tuple(models))
+    return TenantConfig(
+        name=name,
+        api_keys=tuple(keys),
+        models=tuple(models),
+        narrow_tools=_narrow_mode(table.get("narrow_tools"), f"tenant {name}"),
+    )
 
 
 def _split_list(value: str) -> list[str]:
@@ -531,6 +580,7 @@ def build_config(
 def validate(cfg: ServerConfig) -> None:
     if cfg.required not in ("soft", "off"):
         raise ConfigError("required: expected 'soft' or 'off'")
+    _narrow_mode(cfg.narrow_tools, "config")
     for name in ("workers", "pool_limit", "body_limit"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
@@ -588,6 +638,8 @@ def validate_table(cfg: ServerConfig) -> None:
                 f"{other!r} and {u.model!r}"
             )
     names = {name for _, name in served}
+    if cfg.narrow_embedding is not None and ("embedding", cfg.narrow_embedding) not in served:
+        raise ConfigError(f"narrow_embedding: no embedding row is named {cfg.narrow_embedding!r}")
     if len(cfg.tenants) > MAX_TENANTS:
         raise ConfigError(f"at most {MAX_TENANTS} tenants")
     seen_keys = set(cfg.api_keys)
@@ -626,8 +678,7 @@ def settings_epilog() -> str:
         "",
         "  STREAMFIX_UPSTREAM    comma-separated upstream URLs (TOML: [[upstream]] url=…",
         "                        weight=… api_key=… window=… reasoning=… vision=… model=…",
-        "                        name=…",
-        "                        kind=chat|embedding)",
+        "                        name=… kind=chat|embedding narrow_tools=auto|off)",
         "  STREAMFIX_API_KEY     comma-separated inbound API keys (TOML: api_key)",
         "  STREAMFIX_TRANSFORM   comma-separated user steps, module:factory (TOML: transform,",
         "                        also per [[upstream]])",

@@ -109,6 +109,15 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.narrowed = Counter(
+            "streamfix_narrowed",
+            "Requests --narrow-tools looked at (tool_choice auto or required), by outcome: "
+            "kept (a tool shown was called), hidden (a tool offered but not shown was "
+            "called), asked_again (no call: asked again with every tool), no_call "
+            "(narrowed, no call, not asked again), not_confident, few_tools (not narrowed).",
+            ["outcome"],
+            registry=r,
+        )
         self.reloads = Counter(
             "streamfix_reloads",
             "Configuration reloads (SIGHUP), by outcome: ok, refused (the old table stays).",

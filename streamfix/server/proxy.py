@@ -39,6 +39,7 @@ import orjson
 from aiohttp import web
 
 from ..context import Report, ToolSpec
+from ..narrow import VectorCache
 from ..transforms.detect import matcher_for
 from . import record
 from .config import ConfigError, ServerConfig
@@ -85,6 +86,8 @@ class Proxy:
             reasoning_reserve=config.reasoning_reserve,
         )
         self.ask = AskAgain(config.max_reasks, self.policy, self.metrics)
+        #: ``--narrow-tools``: each tool set's BM25 index or vectors.
+        self.tool_sets = VectorCache()
         # ``connect`` bounds the wait for a pooled connection too: a backstop
         # behind ``slot`` (the probes share the pool, outside the slots).
         self.timeout = aiohttp.ClientTimeout(

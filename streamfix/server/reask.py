@@ -22,6 +22,15 @@ once more. A decoding constraint that forces the call makes small models
 loop, as ``required`` does; a gateway in front of self-hosted models
 reported this narrowing raising the turns that call the tool from 16% to
 70%. ``bench/named_tool.py`` measures it on a scripted model.
+
+*Narrowed tools* (``--narrow-tools auto``; ``server/narrowing.py`` decides,
+``streamfix/narrow.py`` ranks): the model is shown the few tools the turn
+needs, with an instruction made from their descriptions
+(``narrow_to_tools``), and the reply is held until a call. The chain still
+knows every tool the client offered, so a call to one not shown is
+accepted. A reply without a call is asked once more with every tool
+(reason ``narrowed``): never worse than not narrowing, at the cost of a
+second request.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import orjson
 
 from ..context import Report, tools_of
 from ..errors import UpstreamProtocolError
+from ..narrow import Decision, NarrowNote
 from ..sse import SSEDecoder
 from ..wire import Door
 from .metrics import Metrics
@@ -59,16 +69,36 @@ JSON_INSTRUCTION = (
     "Your previous reply was not valid for the requested JSON format: {error}. "
     "Reply with only the JSON value, no code fence and no text around it."
 )
+#: The instruction sent with the tools a turn was narrowed to: ``{tools}``
+#: is ``name (purpose)`` for each.
+NARROWED_INSTRUCTION = "For this turn, call the tool that fits among: {tools}."
+#: ... and when ``tool_choice`` was ``"required"``.
+NARROWED_REQUIRED = (
+    "Answer this turn by calling one of these tools: {tools}. Reply with the call only."
+)
 
 #: Most characters of a tool's description quoted in that instruction.
 MAX_PURPOSE_CHARS = 200
+#: ... for each of the narrowed tools (the instruction stays one line).
+MAX_NARROWED_PURPOSE = 80
 
 
 class Attempt:
     """What one request's successive upstream attempts share: the body
     asked with (before each row's budget), and the reasons already used."""
 
-    __slots__ = ("body", "done", "door", "json_error", "named", "reasks", "soft")
+    __slots__ = (
+        "body",
+        "called",
+        "done",
+        "door",
+        "full",
+        "json_error",
+        "named",
+        "narrowed",
+        "reasks",
+        "soft",
+    )
 
     def __init__(
         self,
@@ -76,14 +106,42 @@ class Attempt:
         soft: bool,
         door: Door | None = None,
         named: bool = False,
+        narrowed: Decision | None = None,
+        full: dict[str, Any] | None = None,
     ) -> None:
         self.body = body  # sent upstream (before the per-upstream budget)
         self.soft = soft  # held until a call; asked again without one
         self.named = named  # narrowed to the one tool tool_choice named
         self.door = door  # the front door the request came in by, if not chat
+        #: The tools were narrowed (``narrow.Decision``); ``full``: the body
+        #: with every tool, asked with when the narrowed reply has no call.
+        self.narrowed = narrowed if narrowed is not None and narrowed.narrowed else None
+        self.full = full
+        #: The names the narrowed replies called (``narrow.NarrowNote``).
+        self.called: set[str] = set()
         self.reasks = 0
         self.done: set[str] = set()  # re-ask reasons used
         self.json_error: str | None = None  # why the JSON asked for was not it
+
+    @property
+    def narrowing(self) -> bool:
+        """This attempt is sent with the narrowed tools."""
+        return self.narrowed is not None and "narrowed" not in self.done
+
+    @property
+    def wants_call(self) -> bool:
+        """The reply is held until a call (``required`` under ``--required
+        soft``, a named tool, or narrowed tools)."""
+        return self.soft or self.narrowing
+
+    def options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The chain's ``options`` for this attempt: a narrowed one notes
+        what was kept on the reply and which tools it called."""
+        if not self.narrowing:
+            return options
+        assert self.narrowed is not None
+        step = NarrowNote.factory(self.narrowed.note(), self.called)
+        return {**options, "transforms": (*options.get("transforms", ()), step)}
 
 
 def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:
@@ -101,26 +159,60 @@ def named_tool(body: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) and name in tools_of(body) else None
 
 
+def purpose_of(tool: dict[str, Any], limit: int = MAX_PURPOSE_CHARS) -> str:
+    """A tool's purpose in its own wording: the first sentence of its
+    description, at most ``limit`` characters ("" without one)."""
+    fn = tool.get("function")
+    desc = fn.get("description") if isinstance(fn, dict) else None
+    if not isinstance(desc, str) or not desc.strip():
+        return ""
+    first = desc.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(". ")
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + "…"
+    return first
+
+
+def _only(body: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """The function tools of ``body`` named in ``names``, in that order."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for t in body["tools"]:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            by_name.setdefault(fn["name"], t)
+    return [by_name[n] for n in names if n in by_name]
+
+
 def narrow_to_tool(body: dict[str, Any], name: str) -> dict[str, Any]:
     """``body`` offering only the function tool ``name``, with
     ``tool_choice: "auto"`` and an instruction to call it, in the tool's
     own wording: the first sentence of its description."""
-    tools = [
-        t
-        for t in body["tools"]
-        if isinstance(t, dict)
-        and isinstance(t.get("function"), dict)
-        and t["function"].get("name") == name
-    ][:1]
-    desc = tools[0]["function"].get("description") if tools else None
-    purpose = ""
-    if isinstance(desc, str) and desc.strip():
-        first = desc.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(". ")
-        if len(first) > MAX_PURPOSE_CHARS:
-            first = first[:MAX_PURPOSE_CHARS].rsplit(" ", 1)[0] + "…"
-        purpose = f" ({first})"
+    tools = _only(body, [name])
+    first = purpose_of(tools[0]) if tools else ""
+    purpose = f" ({first})" if first else ""
     out = {**body, "tools": tools, "tool_choice": "auto"}
     return with_instruction(out, NAMED_INSTRUCTION.format(name=name, purpose=purpose))
+
+
+def narrow_to_tools(
+    body: dict[str, Any], names: list[str], required: bool | None = None
+) -> dict[str, Any]:
+    """``body`` offering only the function tools ``names`` (the ranking's
+    choice), with ``tool_choice: "auto"`` and a one-line instruction naming
+    them with their purposes (``purpose_of``). ``required`` (default: the
+    body's ``tool_choice``; the client's, when ``--required soft`` already
+    sent ``auto``) keeps its force in the instruction's words, not as a
+    decoding constraint."""
+    tools = _only(body, names)
+    listed = []
+    for t in tools:
+        first = purpose_of(t, MAX_NARROWED_PURPOSE)
+        name = t["function"]["name"]
+        listed.append(f"{name} ({first})" if first else name)
+    if required is None:
+        required = body.get("tool_choice") == "required"
+    template = NARROWED_REQUIRED if required else NARROWED_INSTRUCTION
+    out = {**body, "tools": tools, "tool_choice": "auto"}
+    return with_instruction(out, template.format(tools="; ".join(listed)))
 
 
 def with_instruction(body: dict[str, Any], text: str) -> dict[str, Any]:
@@ -177,6 +269,8 @@ class AskAgain:
             return "truncated_call"
         if report.empty_after_repair and "empty" not in att.done:
             return "empty"
+        if att.narrowing and calls == 0:
+            return "narrowed"
         if att.soft and calls == 0 and "required" not in att.done:
             return "required"
         if report.json_invalid and "json" not in att.done:
@@ -185,13 +279,24 @@ class AskAgain:
         return None
 
     def settle(self, att: Attempt, calls: int) -> None:
-        """The reply the client gets is final: a named tool's outcome is
-        counted."""
+        """The reply the client gets is final: a named tool's outcome, and
+        a narrowed request's, is counted."""
         if att.named:
             outcome = "no_call" if not calls else "called"
             if calls and "required" in att.done:
                 outcome = "called_after_reask"
             self.metrics.named_tool.labels(outcome).inc()
+        if att.narrowed is not None:
+            kept = set(att.narrowed.kept or ())
+            if "narrowed" in att.done:
+                outcome = "asked_again"
+            elif att.called & kept:
+                outcome = "kept"
+            elif att.called:
+                outcome = "hidden"
+            else:
+                outcome = "no_call"
+            self.metrics.narrowed.labels(outcome).inc()
 
     def next_body(self, att: Attempt, reason: str, sent: dict[str, Any]) -> None:
         """``att.body`` for asking again for ``reason`` (counted)."""
@@ -200,6 +305,9 @@ class AskAgain:
         self.metrics.reasks.labels(reason).inc()
         if reason == "truncated_call":
             att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
+        elif reason == "narrowed":
+            assert att.full is not None
+            att.body = att.full
         elif reason == "required":
             att.body = with_required_instruction(att.body)
         elif reason == "json":

@@ -39,7 +39,8 @@ The file (``FORMAT``, one JSON object, indented)::
      "attempts": [{"upstream", "status", "content_type", "options",
                    "sent": {keys the proxy added or changed upstream},
                    "reads": [{"t": seconds, "text" | "base64": …}, …],
-                   "report": {"counts", "cut", "empty_after_repair", …}}],
+                   "report": {"counts", "cut", "empty_after_repair", …},
+                   "narrowed": {"kept": [names], "of": N}  (--narrow-tools only)}],
      "upstream_errors": [[upstream, kind], …],
      "response": {"status", "stream", "text" | "base64"}, "incomplete": false}
 
@@ -161,7 +162,17 @@ _NOT_REPAIRS = frozenset({"calls.structured", "unrecognised_markup", "loop_cut"}
 class RecordedAttempt:
     """One upstream reply of a request: its reads and what the chain reported."""
 
-    __slots__ = ("content_type", "options", "reads", "report", "sent", "status", "t0", "upstream")
+    __slots__ = (
+        "content_type",
+        "narrowed",
+        "options",
+        "reads",
+        "report",
+        "sent",
+        "status",
+        "t0",
+        "upstream",
+    )
 
     def __init__(
         self,
@@ -178,6 +189,8 @@ class RecordedAttempt:
         self.options = options
         self.reads: list[tuple[float, bytes]] = []
         self.report: Report | None = None
+        #: The tools this attempt was narrowed to (``narrow.Decision.note``).
+        self.narrowed: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
 
 
@@ -324,6 +337,13 @@ def report(rep: Report) -> None:
     take = _CURRENT.get()
     if take is not None and take.attempts:
         take.attempts[-1].report = rep
+
+
+def narrowed(note: dict[str, Any]) -> None:
+    """The current attempt was sent with only these tools (``--narrow-tools``)."""
+    take = _CURRENT.get()
+    if take is not None and take.attempts:
+        take.attempts[-1].narrowed = note
 
 
 def door(endpoint: str, chat_body: Any) -> None:
@@ -803,6 +823,7 @@ class Recorder:
                         )
                     ],
                     "report": report_dict(att.report),
+                    **({"narrowed": att.narrowed} if att.narrowed is not None else {}),
                 }
             )
         stream = isinstance(chat_body, dict) and chat_body.get("stream") is True

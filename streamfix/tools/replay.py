@@ -13,6 +13,10 @@ An attempt the proxy discarded (it asked again) is replayed too: if today's
 chain would not ask again (the reply is no longer empty, the call no longer
 cut off), that is a difference.
 
+An attempt sent with narrowed tools (``--narrow-tools``) is replayed with
+the note it carried then, and a line says which tools were kept of how
+many; the chain, then as now, knows every tool the client offered.
+
 A front door's recording (``/v1/messages``, ``/v1/responses``) is
 replayed on its chat side: the chat body the door made, the reads through
 today's chain, compared with the chat chunks (or completion) the chain
@@ -50,6 +54,7 @@ from ..chain import Chain
 from ..context import Context, Options, Report
 from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
+from ..narrow import NarrowNote
 from ..plugins import factories
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
@@ -286,6 +291,14 @@ def replay_document(
         steps = (*options.get("transforms", ()), *extra_steps)
         if steps:
             options["transforms"] = factories(tuple(steps))
+        kept = att.get("narrowed")
+        if isinstance(kept, dict):  # sent with only these tools (--narrow-tools)
+            note = NarrowNote.factory(kept, set())
+            options["transforms"] = (*options.get("transforms", ()), note)
+            result.notes.append(
+                f"attempt {i + 1} narrowed to {len(kept.get('kept') or ())} of "
+                f"{kept.get('of')} tools: {', '.join(map(str, kept.get('kept') or ()))}"
+            )
         reads = [decode_bytes(r) for r in att.get("reads") or ()]
         last = i == len(attempts) - 1
         # The proxy's paths: a stream; a whole completion for a stream (sent on

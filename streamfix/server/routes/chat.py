@@ -51,13 +51,13 @@ from ...chain import Chain
 from ...context import Context, tools_of
 from ...session import SSESession, error_event
 from ...wire import Door
-from .. import record
+from .. import narrowing, record
 from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
 from ..proxy import PROXY
-from ..reask import Attempt, named_tool, narrow_to_tool, stream_error
+from ..reask import Attempt, named_tool, narrow_to_tool, narrow_to_tools, stream_error
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
@@ -91,12 +91,20 @@ async def serve_chat(
     if name is None:
         soft = soft and body.get("tool_choice") == "required" and bool(tools)
         up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
+    # --narrow-tools: the model sees the few tools the turn needs; the
+    # chain still knows all the client's (a hidden one's call is valid)
+    narrowed = await narrowing.decide(scope, body) if name is None else None
+    full = up_body
+    if narrowed is not None and narrowed.kept is not None:
+        up_body = narrow_to_tools(
+            up_body, narrowed.kept, required=body.get("tool_choice") == "required"
+        )
     if tools:
         await proxy.build_matcher(tools)
     if door is not None:
         # the usage a door reports when the upstream sends none
         door.input_estimate = estimate_prompt_tokens(body)
-    att = Attempt(up_body, soft, door, name is not None)
+    att = Attempt(up_body, soft, door, name is not None, narrowed, full)
     async with proxy.slot():
         if not stream:
             return await scope.answer(_whole(scope, body, att))
@@ -109,13 +117,16 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
     proxy = scope.proxy
     while True:
         ex = await Exchange.open(scope, PATH, att.body, budget=True)
+        if att.narrowing:
+            assert att.narrowed is not None
+            record.narrowed(att.narrowed.note())
         raw = await ex.whole()
         if not ex.ok:
             if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
                 continue
             return ex.relayed(raw)
         obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
-        fixed, report = _repaired(ex, client_body, obj)
+        fixed, report = _repaired(ex, client_body, obj, att)
         reason = proxy.ask.reason(att, report, calls_in(fixed))
         if reason is not None:
             log.info("asking %s again: %s", ex.up.name, reason)
@@ -133,11 +144,11 @@ async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web
 
 
 def _repaired(
-    ex: Exchange, client_body: dict[str, Any], obj: dict[str, Any]
+    ex: Exchange, client_body: dict[str, Any], obj: dict[str, Any], att: Attempt
 ) -> tuple[dict[str, Any], Any]:
     """A whole completion through the chain: (the repaired one, the report)."""
     proxy = ex.scope.proxy
-    ctx = Context.of(client_body, ex.options)
+    ctx = Context.of(client_body, att.options(ex.options))
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.observe(time.perf_counter() - t0)
@@ -154,6 +165,9 @@ async def _stream(
     proxy = scope.proxy
     while True:
         ex = await Exchange.open(scope, PATH, att.body, budget=True)
+        if att.narrowing:
+            assert att.narrowed is not None
+            record.narrowed(att.narrowed.note())
         try:
             if not ex.ok:
                 raw = await ex.error_body()
@@ -171,9 +185,9 @@ async def _stream(
             if ex.resp.content_type == "application/json":
                 # the upstream ignored ``stream``: one completion (or an
                 # error) as JSON; repaired, then sent as a stream
-                return await _json_as_stream(ex, await ex.whole(), client, client_body)
+                return await _json_as_stream(ex, await ex.whole(), client, client_body, att)
             # before prepare: fails as a 500
-            session = SSESession(client_body, **ex.options)
+            session = SSESession(client_body, **att.options(ex.options))
             await client.prepare(ex.headers)
             outcome = await _attempt(ex, session, client, att)
         finally:
@@ -195,10 +209,10 @@ async def _stream(
 
 
 async def _json_as_stream(
-    ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any]
+    ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any], att: Attempt
 ) -> web.StreamResponse:
     obj = ex.completion(raw, type_="upstream_error")
-    ctx = Context.of(client_body, ex.options)
+    ctx = Context.of(client_body, att.options(ex.options))
     fixed = Chain(ctx).complete(obj)
     ex.scope.proxy.count_report(ctx.report)
     await client.prepare(CIMultiDict())
@@ -232,7 +246,7 @@ async def _attempt(
     def ready() -> bool:
         if chain.holding_json or session.report.json_invalid:
             return False  # held to its end: it may still be asked again
-        return chain.calls_emitted > 0 if att.soft else chain.output_started
+        return chain.calls_emitted > 0 if att.wants_call else chain.output_started
 
     try:
         ended = await ex.pump(session, client, ready)

@@ -1,0 +1,377 @@
+"""Tool narrowing: which of the offered tools a turn needs (sans-I/O).
+
+A small model shown fifty tools picks badly or answers in prose; shown the
+few that fit the turn, it calls one. This module ranks a request's offered
+tools against its turn and decides whether the ranking is sure enough to
+show the model only the top few. It does no I/O: the proxy's adapter
+(``server/narrowing.py``) gives it the request body and, when an embedding
+row is configured, the vectors it fetched; the body sent upstream is made
+by ``server/reask.narrow_to_tools``.
+
+- **The turn** (``turn_text``): the last user message, and the last tool
+  result when the turn follows one (the model decides what to call next
+  from it), without the blocks agents add for the model's sake
+  (``<system-reminder>``, ``<environment_context>``).
+- **The tools' text** (``tool_text``): the name split into words (snake,
+  camel, kebab, dotted), the description, each parameter's name (split)
+  and description, nested ones too, bounded.
+- **Lexical ranking** (``Bm25``): Okapi BM25 over those texts (k1 1.2,
+  b 0.75, the usual values), words lower-cased and cut to a crude stem.
+  Written here, about fifty lines: the libraries that fit (``rank-bm25``,
+  ``bm25s``) bring numpy or scipy into the core for sums over a few
+  hundred short documents per request, and ``rank-bm25`` has had no
+  release since 2022. **Vectors** (``cosine``): with the gateway's own
+  embedding row, the cosine of each tool's vector with the turn's.
+- **The decision** (``decide``): scores are taken relative to the best
+  one, above the median (``relative``). The ranking is confident when at
+  most ``keep`` tools come within ``ratio`` of the best: then the top
+  ``keep`` are shown, and every tool left out scores below ``ratio`` of
+  the best (the margin). When more are that close the ranking cannot
+  tell, and nothing is narrowed (``not_confident``), as when nothing
+  matched at all. A request with ``threshold`` tools or fewer
+  is left as it is (``few_tools``). Tools the conversation already called
+  stay offered on top, so the history the template renders stays valid.
+
+The defaults were chosen on BFCL's ``live_multiple`` questions pooled with
+distractors (``bench/narrow.py``: recall of the needed tool among those
+kept, and how often narrowing declines, at 20, 50 and 100 tools).
+
+``NarrowNote`` is a chain step (``docs/extending.md``) the proxy adds to a
+narrowed attempt: it puts ``{"narrowed": {"kept": [...], "of": N}}`` in
+the ``streamfix`` field of each choice's finish and notes the names the
+reply called (for ``streamfix_narrowed_total``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .context import Context
+from .delta import Delta
+
+#: Narrow only a request offering more tools than this. Below it the
+#: prompt is short and the model's choice rarely wrong; BFCL recall at 20
+#: tools is already near 1 with six kept (``bench/narrow.py``).
+THRESHOLD = 8
+#: Most tools shown to the model (earlier-called tools come on top).
+KEEP = 5
+#: A tool is as good as the best when its relative score reaches this.
+RATIO = 0.6
+
+#: BM25's usual constants.
+K1 = 1.2
+B = 0.75
+
+#: Most characters of a tool's description that are read: the opening
+#: says what the tool is for; the rest of a long one (coding agents'
+#: run to pages of usage notes) names every other thing in passing.
+MAX_DESCRIPTION_CHARS = 300
+#: Most characters of one tool's text, and of the turn's, that are read.
+MAX_TOOL_CHARS = 4000
+MAX_TURN_CHARS = 4000
+
+_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: Words that say nothing about which tool is meant.
+STOPWORDS = (
+    "a an and are as at be by can do for from get has have how i in is it its me my of "
+    "on or please that the this to was what when where which with you your will would "
+    "should could into use used using if any all not no"
+)
+_STOP = frozenset(STOPWORDS.split())
+
+
+def words(text: str) -> list[str]:
+    """``text`` as index terms: camel case split, lower case, stop words
+    out, a crude stem (``orders`` and ``ordered`` meet ``order``)."""
+    out = []
+    for w in _WORD.findall(_CAMEL.sub(" ", text)):
+        w = w.lower()
+        if w in _STOP:
+            continue
+        out.append(_stem(w))
+    return out
+
+
+def _stem(w: str) -> str:
+    """A crude stem: one inflection off, then a final ``e`` (``create``,
+    ``creates`` and ``created`` all become ``creat``)."""
+    if len(w) <= 3:
+        return w
+    for suffix in ("ing", "ies", "ed", "es", "s"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            w = w[: -len(suffix)] + ("y" if suffix == "ies" else "")
+            break
+    return w[:-1] if w.endswith("e") and len(w) > 3 else w
+
+
+def _function(tool: Any) -> dict[str, Any] | None:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn if isinstance(fn, dict) and isinstance(fn.get("name"), str) else None
+
+
+def tool_names(tools: Sequence[Any]) -> list[str]:
+    """The function tools' names, in order (malformed entries skipped)."""
+    return [fn["name"] for fn in map(_function, tools) if fn is not None]
+
+
+def tool_text(fn: Mapping[str, Any]) -> str:
+    """What a function tool is ranked by: its name (twice: names are the
+    most telling words), description, parameter names and descriptions."""
+    name = str(fn.get("name") or "")
+    parts = [name, name, str(fn.get("description") or "")[:MAX_DESCRIPTION_CHARS]]
+    _params(fn.get("parameters"), parts, 0)
+    return " ".join(parts)[:MAX_TOOL_CHARS]
+
+
+def _params(schema: Any, parts: list[str], depth: int) -> None:
+    if not isinstance(schema, dict) or depth > 3:
+        return
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for key, sub in props.items():
+            parts.append(str(key))
+            if isinstance(sub, dict):
+                if isinstance(sub.get("description"), str):
+                    parts.append(sub["description"])
+                _params(sub, parts, depth + 1)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        _params(items, parts, depth + 1)
+
+
+#: What agents add to the user's message for the model's sake, not the
+#: user's (Claude Code's reminders about git attribution, Codex's
+#: environment): left out of the turn, or they outweigh the request.
+_AGENT_BLOCKS = re.compile(
+    r"<(system-reminder|environment_context|user_instructions)>.*?</\1>", re.DOTALL
+)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        content = " ".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    if not isinstance(content, str):
+        return ""
+    return _AGENT_BLOCKS.sub(" ", content) if "</" in content else content
+
+
+def turn_text(messages: Sequence[Any]) -> str:
+    """The turn a tool is chosen for: the last user message, and the last
+    tool result when the conversation ends with one."""
+    parts: list[str] = []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+        parts.append(_text_of(messages[-1].get("content"))[:MAX_TURN_CHARS])
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            parts.insert(0, _text_of(m.get("content"))[:MAX_TURN_CHARS])
+            break
+    return "\n".join(parts)
+
+
+def called_before(messages: Sequence[Any]) -> set[str]:
+    """The names the conversation's assistant turns already called."""
+    names: set[str] = set()
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                names.add(fn["name"])
+    return names
+
+
+class Bm25:
+    """Okapi BM25 over a set of documents (the tools' texts)."""
+
+    __slots__ = ("avg", "docs", "idf", "lengths")
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.docs = [Counter(words(t)) for t in texts]
+        self.lengths = [sum(d.values()) for d in self.docs]
+        n = len(self.docs)
+        self.avg = (sum(self.lengths) / n) if n else 0.0
+        df: Counter[str] = Counter()
+        for d in self.docs:
+            df.update(d.keys())
+        self.idf = {w: math.log(1 + (n - k + 0.5) / (k + 0.5)) for w, k in df.items()}
+
+    def scores(self, query: str) -> list[float]:
+        terms = [w for w in set(words(query)) if w in self.idf]
+        out = []
+        for d, length in zip(self.docs, self.lengths, strict=True):
+            norm = K1 * (1 - B + B * length / (self.avg or 1))
+            s = 0.0
+            for w in terms:
+                tf = d.get(w)
+                if tf:
+                    s += self.idf[w] * tf * (K1 + 1) / (tf + norm)
+            out.append(s)
+        return out
+
+
+def cosine(vectors: Sequence[Sequence[float]], query: Sequence[float]) -> list[float]:
+    """Each vector's cosine with ``query`` (0 for a zero vector)."""
+    qn = math.sqrt(sum(x * x for x in query)) or 1.0
+    out = []
+    for v in vectors:
+        vn = math.sqrt(sum(x * x for x in v)) or 1.0
+        out.append(sum(a * b for a, b in zip(v, query, strict=False)) / (vn * qn))
+    return out
+
+
+def relative(scores: Sequence[float]) -> list[float]:
+    """Scores as fractions of the best one's height above the median (a
+    BM25 median is usually 0; a cosine median is the tools' common
+    likeness), so one ratio serves both rankers. All zero when the best
+    does not stand above the median."""
+    if not scores:
+        return []
+    ordered = sorted(scores)
+    median = ordered[len(ordered) // 2]
+    top = ordered[-1] - median
+    if top <= 1e-9:
+        return [0.0] * len(scores)
+    return [max(0.0, (s - median) / top) for s in scores]
+
+
+@dataclass(slots=True)
+class Decision:
+    """What to show the model. ``kept`` is None when nothing is narrowed,
+    and ``outcome`` says why (``few_tools``, ``not_confident``)."""
+
+    offered: int
+    kept: list[str] | None = None
+    outcome: str = "narrowed"
+    #: The kept tools' relative scores (for a recording), by name.
+    scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def narrowed(self) -> bool:
+        return self.kept is not None
+
+    def note(self) -> dict[str, Any]:
+        """What a recording and the reply's ``streamfix`` field say."""
+        return {"kept": list(self.kept or ()), "of": self.offered}
+
+
+def decide(
+    names: Sequence[str],
+    scores: Sequence[float],
+    keep_also: Iterable[str] = (),
+    threshold: int = THRESHOLD,
+    keep: int = KEEP,
+    ratio: float = RATIO,
+) -> Decision:
+    """Which of ``names`` (scored ``scores``, one ranker's) to show; see
+    the module doc. ``keep_also``: names shown whatever their score (tools
+    the conversation called)."""
+    n = len(names)
+    if n <= threshold:
+        return Decision(n, outcome="few_tools")
+    rel = relative(scores)
+    order = sorted(range(n), key=lambda i: -rel[i])
+    close = sum(1 for x in rel if x >= ratio)
+    if not close or close > keep:
+        return Decision(n, outcome="not_confident")
+    chosen = [names[i] for i in order[:keep]]
+    extra = [x for x in names if x in set(keep_also) and x not in chosen]
+    if len(chosen) + len(extra) >= n:
+        return Decision(n, outcome="not_confident")
+    return Decision(n, chosen + extra, scores={names[i]: round(rel[i], 3) for i in order[:keep]})
+
+
+def rank_lexical(
+    tools: Sequence[Any], turn: str, cache: VectorCache | None = None
+) -> tuple[list[str], list[float]]:
+    """The function tools' names and their BM25 scores for ``turn``; the
+    index of a tool set seen before is taken from ``cache``."""
+    fns = [fn for fn in map(_function, tools) if fn is not None]
+    texts = [tool_text(fn) for fn in fns]
+    key = VectorCache.key("", texts)
+    index = cache.get(key) if cache is not None else None
+    if not isinstance(index, Bm25):
+        index = Bm25(texts)
+        if cache is not None:
+            cache.put(key, index)
+    return [fn["name"] for fn in fns], index.scores(turn)
+
+
+class NarrowNote:
+    """A chain step on a narrowed attempt: the note on each choice's
+    finish, and the names called (``called``, shared by the attempt's
+    choices). It never touches text, so it stays off both lanes."""
+
+    ignores_content = True
+    ignores_reasoning = True
+
+    __slots__ = ("called", "info")
+
+    def __init__(self, info: dict[str, Any], called: set[str]) -> None:
+        self.info = info
+        self.called = called
+
+    def feed(self, d: Delta) -> None:
+        for c in d.calls or ():
+            self.called.add(c.name)
+
+    def close(self, d: Delta) -> None:
+        self.feed(d)
+        d.ext = {**(d.ext or {}), "narrowed": self.info}
+
+    @classmethod
+    def factory(cls, info: dict[str, Any], called: set[str]) -> Any:
+        """A step factory (called with the request's ``Context``)."""
+
+        def make(ctx: Context) -> NarrowNote:
+            return cls(info, called)
+
+        return make
+
+
+#: Tool sets whose vectors are kept (each up to a request's tool limit).
+MAX_TOOL_SETS = 64
+
+
+class VectorCache:
+    """What is made of a tool set once, per (embedding model or ``""``,
+    tool set): the tools' vectors, or their BM25 index; least recently
+    used out past ``size`` sets. A client sends the same tools every turn,
+    so only the turn is embedded or scored then."""
+
+    __slots__ = ("_sets", "size")
+
+    def __init__(self, size: int = MAX_TOOL_SETS) -> None:
+        self.size = size
+        self._sets: OrderedDict[tuple[str, str], Any] = OrderedDict()
+
+    @staticmethod
+    def key(model: str, texts: Sequence[str]) -> tuple[str, str]:
+        digest = hashlib.blake2b(digest_size=16)
+        for t in texts:
+            digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
+        return model, digest.hexdigest()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        vectors = self._sets.get(key)
+        if vectors is not None:
+            self._sets.move_to_end(key)
+        return vectors
+
+    def put(self, key: tuple[str, str], value: Any) -> None:
+        self._sets[key] = value
+        self._sets.move_to_end(key)
+        while len(self._sets) > self.size:
+            self._sets.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._sets)
