@@ -126,6 +126,7 @@ async def test_a_streamed_chat_is_one_span_continuing_the_client_trace(
     assert att.parent is not None and att.parent.span_id == req.context.span_id
     assert att.context.trace_id == req.context.trace_id
     b = att.attributes
+    assert b["gen_ai.operation.name"] == "chat" and b["gen_ai.provider.name"] == "openai"
     assert b["server.address"] == "127.0.0.1" and b["server.port"] == up.port
     assert b["gen_ai.request.model"] == "served-8b"
     assert b["http.response.status_code"] == 200
@@ -172,6 +173,30 @@ async def test_no_usage_sent_means_no_usage_attribute(spans: InMemorySpanExporte
     req, _ = by_kind(spans)
     assert "gen_ai.usage.input_tokens" not in req.attributes
     assert req.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+async def test_a_client_trace_not_sampled_exports_nothing_and_still_goes_up(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The SDK's default sampler follows the client's flag: its spans are
+    non-recording (no attribute work, nothing exported), and the upstream
+    still gets the trace, unsampled."""
+    reply = with_usage(text_stream(["x"]), USAGE)
+    async with (
+        FakeUpstream(Reply.stream(reply)) as up,
+        AppServer(traced_app(spans, up.url)) as px,
+    ):
+        status, data = await post(
+            px,
+            "/v1/chat/completions",
+            {"model": "m", "messages": MESSAGES, "stream": True},
+            {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-00"},
+        )
+    assert status == 200 and assemble(data).content == "x"
+    assert spans.get_finished_spans() == ()
+    sent = up.chat_requests[0].headers["traceparent"]
+    assert sent.startswith(f"00-{TRACE_ID}-") and sent.endswith("-00")
+    assert parent_of(sent)[1] != CLIENT_SPAN  # a span of ours, if not recorded
 
 
 # -- attempts: re-asks and failover ---------------------------------------------------------------

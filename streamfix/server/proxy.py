@@ -1,7 +1,8 @@
 """The state of one proxy app: the configuration, the routing table in
 force (``upstream/table.py``) and its probes, reloading it, the HTTP
 client session the upstreams are reached with, the upstream slots, the
-metrics and the counters every endpoint feeds.
+metrics and the counters every endpoint feeds, and the tracer
+(``tracing.py``: None unless traces are on; flushed when the app stops).
 
 The endpoints (``routes/``) and the middlewares (``caller/guards.py``)
 reach it as ``request.app[PROXY]``; what one request carries (the table it
