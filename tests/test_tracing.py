@@ -559,8 +559,9 @@ async def test_spans_reach_an_otlp_http_receiver(monkeypatch: pytest.MonkeyPatch
 
 @pytest.fixture
 def without_otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``tracing`` imported as if the extra were not installed (its
-    modules blocked), restored afterwards."""
+    """As if the extra were not installed: every ``opentelemetry`` module
+    blocked (an import of one raises ImportError), restored afterwards;
+    ``tracing`` itself imported anew under the block."""
     for name in list(sys.modules):
         if name == "opentelemetry" or name.startswith("opentelemetry."):
             monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
@@ -577,7 +578,7 @@ def without_otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 async def test_without_the_extra_the_proxy_runs_unchanged(
     without_otel: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert without_otel.AVAILABLE is False
+    assert without_otel.available() is False
     assert without_otel.problem(ServerConfig(traces=True)) is not None
     assert without_otel.problem(ServerConfig()) is None
     # the variables alone: ignored, the proxy serves as before
@@ -607,3 +608,24 @@ def test_traces_asked_without_the_extra_is_a_start_up_problem(without_otel: Any)
 
     problems = start_problems(ServerConfig(traces=True, port=0))
     assert any("otel extra" in p for p in problems)
+
+
+def test_traces_off_import_nothing_of_the_extra() -> None:
+    """With the extra installed but traces off, a proxy process never
+    imports the SDK (about 0.1 s of start-up)."""
+    import os
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from streamfix.server.app import create_app\n"
+        "from streamfix.server.config import ServerConfig, parse_upstream\n"
+        "create_app(ServerConfig(upstreams=[parse_upstream('http://127.0.0.1:9/v1')]))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
