@@ -300,6 +300,45 @@ async def test_a_client_gone_mid_stream_ends_the_spans(spans: InMemorySpanExport
     assert att.end_time is not None
 
 
+async def test_a_client_gone_before_a_whole_reply_ends_the_spans(
+    spans: InMemorySpanExporter,
+) -> None:
+    hang = Reply.stream(sse([chunk(role="assistant")], done=False), end="hang")
+    async with FakeUpstream(hang) as up, AppServer(traced_app(spans, up.url)) as px:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                post(px, "/v1/chat/completions", {"model": "m", "messages": MESSAGES}), 0.5
+            )
+        for _ in range(200):
+            if len(spans.get_finished_spans()) == 2:
+                break
+            await asyncio.sleep(0.01)
+    req, _ = by_kind(spans)
+    assert req.attributes["streamfix.client_gone"] is True
+    assert req.status.status_code == StatusCode.UNSET
+
+
+async def test_an_error_of_ours_is_an_error_span(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamfix.server.routes import chat as chat_mod
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(chat_mod, "_repaired", broken)
+    async with (
+        FakeUpstream(Reply.json(completion("x"))) as up,
+        AppServer(traced_app(spans, up.url)) as px,
+    ):
+        status, _ = await post(px, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+    assert status == 500
+    req, _ = by_kind(spans)
+    assert req.status.status_code == StatusCode.ERROR
+    assert req.attributes["error.type"] == "RuntimeError"
+    assert "streamfix.client_gone" not in req.attributes
+
+
 async def test_a_cut_loop_and_repairs_are_on_the_spans(spans: InMemorySpanExporter) -> None:
     head = sse([chunk(role="assistant")], done=False)
     loop = Reply.stream(

@@ -32,9 +32,12 @@ down with the app.
 
 *The spans.* One per request to a GenAI endpoint (chat, the Messages and
 Responses doors, text completions, embeddings; ``/v1/models`` and the
-status routes have none), kind SERVER, named ``{operation} {model}``,
-from the request's arrival (its body's reading included) to the end of
-its reply, for a stream the last byte written or the client gone. It
+status routes have none) that reaches ``Scope.answer`` (a request refused
+before, for its body, its key or an unknown model, has none: the
+counters and the log have it), kind SERVER, named
+``{operation} {model}``, from the request's arrival (its body's reading
+included) to the end of its reply, for a stream the last byte written or
+the client gone. It
 continues the client's W3C ``traceparent``/``tracestate`` (the propagators
 of ``OTEL_PROPAGATORS``, default W3C trace context and baggage). A child
 span (kind CLIENT) per upstream HTTP request: every row tried by failover
@@ -88,10 +91,12 @@ the unsampled requests' spans non-recording: no attribute work, no export.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import re
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
@@ -455,8 +460,6 @@ class RequestTrace:
         attrs.update(self.notes)
         start = None
         if scope.arrived is not None:  # the loop's clock: the body's reading counts
-            import asyncio
-
             ago = asyncio.get_running_loop().time() - scope.arrived
             start = time.time_ns() - int(max(0.0, ago) * 1e9)
         from opentelemetry import propagate
@@ -480,9 +483,15 @@ class RequestTrace:
             self.span.set_attributes(dict(attributes))
 
     def end(self, status: int | None, error: str | None = None) -> None:
-        """The request is answered (``Scope.answer``'s end): its attempt
-        and its span end. ``status`` None: cancelled before any answer;
-        499: the client went away; ``error``: what ended it badly."""
+        """The request is answered (``Scope.answer``'s end, in its
+        ``finally``): its attempt and its span end. 499, or ``status`` None
+        with the task cancelled: the client went away; None with another
+        exception on its way out: an error of ours; ``error``: what ended
+        the request badly."""
+        raised = sys.exc_info()[1] if status is None else None
+        gone = status == 499 or isinstance(raised, asyncio.CancelledError)
+        if raised is not None and not gone:
+            error = error or type(raised).__name__
         if self.token is not None:
             _CURRENT.reset(self.token)
             self.token = None
@@ -502,7 +511,7 @@ class RequestTrace:
                 attrs.update(self.facts.attributes())
             if status is not None:
                 attrs["http.response.status_code"] = status
-            if status == 499 or status is None:
+            if gone:
                 attrs["streamfix.client_gone"] = True
             span.set_attributes(attrs)
             if error is None and att is not None and att.error is not None and status == 200:
