@@ -33,6 +33,12 @@ event loop, no repair), and ``streamfix serve``. In one run:
   The bench parameters reach the upstream in an ``X-Bench`` header, which
   the proxy forwards (the doors' translation keeps no unknown body field).
 
+``--traces``: a second ``streamfix serve`` with ``--traces``, exporting
+over OTLP/HTTP to a receiver on loopback (a fourth process, which counts
+what it gets), measured in the same rounds as a fourth path; reported:
+what traces add to the latency and their throughput ratio, traced over
+untraced, and the spans' exports the receiver got.
+
 Both are measured in ``--rounds`` rounds (15) that take the paths in turn,
 so a slow moment of the machine falls on all of them; medians are reported.
 A throughput round is about a tenth of a second, so one round's ratio moves
@@ -261,9 +267,24 @@ async def _passthrough_handler(request: web.Request) -> web.StreamResponse:
         return resp
 
 
+async def _otlp_handler(request: web.Request) -> web.Response:
+    got = request.app["got"]
+    got["exports"] += 1
+    got["bytes"] += len(await request.read())
+    return web.Response(body=b"", content_type="application/x-protobuf")
+
+
+async def _otlp_count(request: web.Request) -> web.Response:
+    return web.json_response(request.app["got"])
+
+
 def _serve(kind: str, port: int, upstream: str | None) -> None:
     app = web.Application()
-    if kind == "upstream":
+    if kind == "otlp":  # --traces: a receiver that counts the exports
+        app["got"] = {"exports": 0, "bytes": 0}
+        app.router.add_post("/v1/traces", _otlp_handler)
+        app.router.add_get("/received", _otlp_count)
+    elif kind == "upstream":
         app.router.add_post("/v1/chat/completions", _upstream_handler)
         app.router.add_get("/v1/sent/{id}", _sent_handler)
     else:
@@ -689,7 +710,12 @@ def main() -> int:
     )
     p.add_argument("--no-doors", action="store_true", help="skip /v1/messages and /v1/responses")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    p.add_argument("--serve", choices=["upstream", "passthrough"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--traces",
+        action="store_true",
+        help="also streamfix with --traces, exporting to a loopback OTLP receiver",
+    )
+    p.add_argument("--serve", choices=["upstream", "passthrough", "otlp"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--upstream", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -705,6 +731,13 @@ def main() -> int:
     ports = {k: free_port() for k in ("upstream", "passthrough", "streamfix")}
     up_url = f"http://127.0.0.1:{ports['upstream']}/v1"
     me = [sys.executable, str(Path(__file__).resolve())]
+
+    def streamfix_cmd(port: int) -> list[str]:
+        return [
+            *(sys.executable, "-m", "streamfix", "serve", "--upstream", up_url),
+            *("--port", str(port), "--log-level", "error", "--probe-interval", "0"),
+        ]
+
     procs = [
         subprocess.Popen(
             [
@@ -730,37 +763,40 @@ def main() -> int:
             ],
             env=env,
         ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamfix",
-                "serve",
-                "--upstream",
-                up_url,
-                "--port",
-                str(ports["streamfix"]),
-                "--log-level",
-                "error",
-                "--probe-interval",
-                "0",
-            ],
-            env=env,
-        ),
+        subprocess.Popen(streamfix_cmd(ports["streamfix"]), env=env),
     ]
     paths = {
         "direct": up_url,
         "passthrough": f"http://127.0.0.1:{ports['passthrough']}/v1",
         "streamfix": f"http://127.0.0.1:{ports['streamfix']}/v1",
     }
+    otlp = f"http://127.0.0.1:{free_port()}"
+    if args.traces:  # the same streamfix with traces on, exporting to a loopback receiver
+        traced = free_port()
+        paths["traced"] = f"http://127.0.0.1:{traced}/v1"
+        procs.append(
+            subprocess.Popen(
+                [*streamfix_cmd(traced), "--traces"],
+                env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_SERVICE_NAME": "bench"},
+            )
+        )
+        procs.append(
+            subprocess.Popen([*me, "--serve", "otlp", "--port", otlp.rsplit(":", 1)[1]], env=env)
+        )
 
     async def run() -> dict[str, Any]:
         deadline = time.monotonic() + 20
         for url in paths.values():
             await _wait(url, deadline)
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
-        res = await asyncio.wait_for(_measure(paths, args, pids), 300)
+        if args.traces:
+            pids["traced"] = procs[3].pid
+        res = await asyncio.wait_for(_measure(paths, args, pids), 600)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
+        if args.traces:
+            await asyncio.sleep(6)  # the batch processor's schedule (5 s): the last spans out
+            async with aiohttp.ClientSession() as s, s.get(otlp + "/received") as r:
+                res["otlp"] = await r.json()
         return res
 
     t0 = time.monotonic()
@@ -775,6 +811,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     chain = results.pop("chain")
+    otlp_got = results.pop("otlp", None)
     doors = {door: results.pop(door) for door in DOORS if door in results}
     d, pt, sf = results["direct"], results["passthrough"], results["streamfix"]
     chat_added = sf["alike_p50_us"] - d["alike_p50_us"]
@@ -811,6 +848,21 @@ def main() -> int:
             for r in doors.values()
         ),
     }
+    tr = results.get("traced")
+    if tr is not None:  # --traces: traced over untraced, same rounds
+        summary["traces"] = {
+            "added_p50_us": tr["p50_us"] - sf["p50_us"],
+            "added_p99_us": tr["p99_us"] - sf["p99_us"],
+            "latency_ratio_p50": tr["p50_us"] / sf["p50_us"],
+            "alike_latency_ratio_p50": tr["alike_p50_us"] / sf["alike_p50_us"],
+            "throughput_ratio": tr["chunks_per_s"] / sf["chunks_per_s"],
+            "cpu_ratio": (
+                tr["proxy_cpu_us_per_chunk"] / sf["proxy_cpu_us_per_chunk"]
+                if tr["proxy_cpu_us_per_chunk"] and sf["proxy_cpu_us_per_chunk"]
+                else None
+            ),
+            "received": otlp_got,
+        }
     summary["meets_targets"] = (
         summary["latency_ratio_p50"] <= 1.1
         and summary["throughput_ratio"] >= 0.9
@@ -878,6 +930,14 @@ def main() -> int:
         )
     if doors:
         print(f"doors within 1.3x of the chat path's added latency: {summary['doors_meet_target']}")
+    if "traces" in summary:
+        t = summary["traces"]
+        print(
+            f"traces on / off: adds {t['added_p50_us']:.0f}/{t['added_p99_us']:.0f} µs p50/p99 "
+            f"(latency p50 {t['latency_ratio_p50']:.2f}x, "
+            f"alike {t['alike_latency_ratio_p50']:.2f}x), throughput "
+            f"{t['throughput_ratio']:.2f}x; OTLP receiver got {t['received']}"
+        )
     print(f"targets met: {summary['meets_targets']}  ({summary['seconds']:.1f} s)")
     return 0
 

@@ -17,7 +17,8 @@ The layers, in the order a request moves through them:
   (``caller/stream``), error bodies and relayed errors (``caller/replies``).
 
 ``proxy.py`` is the app's state (config, the table in force, probes,
-reloading, slots, metrics); ``record.py`` and ``metrics.py`` observe.
+reloading, slots, metrics, the tracer); ``record.py``, ``metrics.py`` and
+``tracing.py`` (OpenTelemetry spans, with ``--traces``) observe.
 """
 
 from __future__ import annotations

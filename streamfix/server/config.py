@@ -219,6 +219,8 @@ class ServerConfig:
     record_max_bytes: int = 256 * 1024 * 1024
     record_sample: float = 1.0
     record_redact: str = "none"
+    # OpenTelemetry traces (streamfix.server.tracing; also on when OTEL_* ask for an exporter)
+    traces: bool = False
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
@@ -354,6 +356,13 @@ SETTINGS: tuple[Setting, ...] = (
         "'messages' replaces the text of every message in a recorded request by its "
         "length; credentials are never written (default none)",
         choices=("none", "messages"),
+    ),
+    Setting(
+        "traces",
+        bool,
+        "OpenTelemetry spans for each request and upstream attempt, exported as the "
+        "OTEL_* variables say (OTLP/HTTP by default); on too when OTEL_TRACES_EXPORTER or "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set; needs the otel extra (default off)",
     ),
 )
 

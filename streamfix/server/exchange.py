@@ -16,6 +16,11 @@ and the rest of what that model taught, ``upstream/pool.Learned``); where
 the estimate says the prompt must be trimmed and the row's server can
 count tokens (vLLM, llama.cpp), its count decides (``server_counts``).
 
+With traces on (``tracing.py``), each row tried is an attempt span whose
+trace context the upstream request carries (``headers_for``); the
+attempt's status, its last reads (finish reasons, usage) and its end
+(``close``) are told to ``Scope.trace``.
+
 A failure the caller must hear of is raised (``UpstreamFailure``: no row
 answered; ``scope.Answered``: a reply that could not be read) and answered
 in one place, ``Scope.answer``.
@@ -257,10 +262,14 @@ class Exchange:
             out = sent["body"] = with_model(body, up)
             return orjson.dumps(out)
 
+        trace = scope.trace
+
         def headers_for(up: Upstream) -> CIMultiDict[str]:
             h = forward_headers(scope.headers, up, forward_auth=forward_auth)
             if method == "POST":
                 h["Content-Type"] = "application/json"
+            if trace is not None:  # a span per row tried; its traceparent goes up
+                trace.attempt_start(up, sent.get("body"), h, probe=not recorded)
             return h
 
         up, resp = await send(
@@ -276,7 +285,10 @@ class Exchange:
             on_error=proxy.upstream_error,
             order=order,
             rows=eligible,
+            on_failure=trace.failed if trace is not None else None,
         )
+        if trace is not None:
+            trace.answered(resp.status, resp.content_type == "text/event-stream")
         ex = cls(scope, up, resp, sent, path=path)
         if resp.status == 200:
             proxy.answered(up)
@@ -318,16 +330,21 @@ class Exchange:
 
     def close(self) -> None:
         self.resp.close()
+        if self.scope.trace is not None:
+            self.scope.trace.closed()
 
     async def whole(self) -> bytes:
         """The whole reply (bounded); one that cannot be read raises
         ``Answered`` with its 502/504. The response is closed."""
         try:
-            return await read_reply(self.resp)
+            raw = await read_reply(self.resp)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise Answered(reply_failed(self.scope, self.up, exc)) from None
         finally:
-            self.resp.close()
+            self.close()
+        if self.ok and self.scope.trace is not None:
+            self.scope.trace.whole(raw)
+        return raw
 
     async def error_body(self) -> bytes:
         """The start of an error reply's body (``ERROR_BODY_BYTES``)."""
@@ -413,10 +430,13 @@ class Exchange:
         observe = proxy.metrics.chunk_seconds.observe
         perf = time.perf_counter
         got_data = False
+        trace = self.scope.trace
         watch = ReadWatch(self.resp, proxy.cfg.read_timeout)
         try:
             async for data in record.reads(BodyReads(self.resp.content)):
                 got_data = True
+                if trace is not None:  # the last reads: the reply's finish and usage
+                    trace.read(data)
                 t0 = watch.last = perf()
                 out = session.feed(data)
                 observe(perf() - t0)

@@ -1,7 +1,8 @@
 """The state of one proxy app: the configuration, the routing table in
 force (``upstream/table.py``) and its probes, reloading it, the HTTP
 client session the upstreams are reached with, the upstream slots, the
-metrics and the counters every endpoint feeds.
+metrics and the counters every endpoint feeds, and the tracer
+(``tracing.py``: None unless traces are on; flushed when the app stops).
 
 The endpoints (``routes/``) and the middlewares (``caller/guards.py``)
 reach it as ``request.app[PROXY]``; what one request carries (the table it
@@ -41,7 +42,7 @@ from aiohttp import web
 from ..context import Report, ToolSpec
 from ..narrow import VectorCache
 from ..transforms.detect import matcher_for
-from . import record
+from . import record, tracing
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
 from .reask import AskAgain
@@ -106,6 +107,8 @@ class Proxy:
         #: What the last check of each backend found, by ``UpstreamConfig.identity``
         #: (a reload keeps it for the rows it keeps).
         self.checks: dict[tuple[str, str | None, str], RowCheck] = {}
+        #: OpenTelemetry spans (``tracing.py``); None when traces are off.
+        self.tracer = tracing.tracer_for(config)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -160,6 +163,8 @@ class Proxy:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._probe_task
             await self._client.close()
+            if self.tracer is not None:  # flushes the exporters: off the loop
+                await asyncio.to_thread(self.tracer.shutdown)
 
     async def probe_all(self, only_new: bool = False) -> None:
         ups = self.table.upstreams
@@ -307,10 +312,12 @@ class Proxy:
     def upstream_error(self, up: Upstream, kind: str) -> None:
         self.metrics.upstream_errors.labels(up.name, kind).inc()
         record.upstream_error(up.name, kind)
+        tracing.upstream_error(kind)
 
     def count_report(self, report: Report) -> None:
         self.metrics.count_report(report.counts)
         record.report(report)
+        tracing.report(report)
 
     def count(
         self,

@@ -45,6 +45,7 @@ from ..errors import UpstreamProtocolError
 from ..narrow import Decision, NarrowNote
 from ..sse import SSEDecoder
 from ..wire import Door
+from . import tracing
 from .metrics import Metrics
 from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt
 from .upstream.engines import prompt_tokens_from_error, window_from_error
@@ -303,6 +304,7 @@ class AskAgain:
         att.reasks += 1
         att.done.add(reason)
         self.metrics.reasks.labels(reason).inc()
+        tracing.reasked(reason)
         if reason == "truncated_call":
             att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
         elif reason == "narrowed":
@@ -344,6 +346,7 @@ class AskAgain:
         att.reasks += 1
         att.done.add("context")
         self.metrics.reasks.labels("context").inc()
+        tracing.reasked("context")
         return True
 
 

@@ -8,7 +8,8 @@ rows that may serve it. It is what is passed down instead of the
 ``web.Request``, so that the exchange with an upstream (``exchange.py``)
 reads one object and no layer looks things up on the request again.
 
-``Scope.answer`` is where every endpoint's reply is finished: the
+``Scope.answer`` is where every endpoint's reply is finished (and where a
+traced request's span starts and ends, ``tracing.py``): the
 ``--request-timeout`` bound (from the request's arrival, so the time its
 body took counts), a failure to reach any upstream or to read a
 reply turned into its error (a response before the stream began, an error
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -43,6 +44,9 @@ from .config import TenantConfig
 from .proxy import PROXY, Proxy
 from .upstream.pool import Upstream, UpstreamFailure
 from .upstream.table import NO_TENANT, TABLE, TENANT, Table
+
+if TYPE_CHECKING:
+    from .tracing import RequestTrace
 
 log = logging.getLogger("streamfix.proxy")
 
@@ -78,11 +82,15 @@ class Scope:
     #: The model as the client named it: replies say this name
     #: (``caller.stream.ModelName``). None when it named none.
     asked: str | None = None
+    #: The request's OpenTelemetry span (``tracing.py``): None when
+    #: traces are off or the endpoint has none.
+    trace: RequestTrace | None = None
 
     @classmethod
     def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
         proxy = request.app[PROXY]
         table = request.get(TABLE)
+        tracer = proxy.tracer
         return cls(
             proxy,
             table if table is not None else proxy.table,
@@ -91,6 +99,7 @@ class Scope:
             endpoint,
             stream,
             arrived=arrived(request),
+            trace=tracer.request(endpoint) if tracer is not None else None,
         )
 
     @property
@@ -105,6 +114,12 @@ class Scope:
     def shown(self, up: Upstream) -> str:
         """What errors call ``up`` for this caller (module doc)."""
         return up.name if self.tenant is None else up.label
+
+    def annotate(self, attributes: Mapping[str, Any]) -> None:
+        """Attributes for the request's span (``streamfix.narrowing…``,
+        say), whether it started yet or not; nothing when traces are off."""
+        if self.trace is not None:
+            self.trace.note(attributes)
 
     def count(self, status: int) -> None:
         self.proxy.count(self.endpoint, self.stream, status, self.tenant_label, self.model)
@@ -160,6 +175,9 @@ class Scope:
             deadline = asyncio.timeout_at(self.arrived + limit)
         # A whole reply is counted once answered; a stream however it ends.
         status: int | None = 200 if client is not None else None
+        trace, error = self.trace, None
+        if trace is not None:
+            trace.start(self)
         try:
             try:
                 async with deadline:
@@ -168,6 +186,7 @@ class Scope:
                 if not deadline.expired():
                     raise
                 message = f"the request took longer than --request-timeout ({limit:g} s)"
+                error = "request_timeout"
                 out = await _error(
                     client,
                     json_error(504, message, "timeout", "request_timeout"),
@@ -176,6 +195,7 @@ class Scope:
                 )
             except UpstreamFailure as f:
                 told = f.told(self.shown)
+                error = f.kind
                 out = await _error(
                     client,
                     failure_response(f, told, self.redact),
@@ -183,6 +203,7 @@ class Scope:
                 )
             except TransformError as exc:  # a user step (--transform) raised
                 log.error("%s", exc, exc_info=exc)
+                error = "transform_error"
                 out = await _error(
                     client,
                     json_error(500, str(exc), "transform_error", "transform_error"),
@@ -203,6 +224,8 @@ class Scope:
         finally:
             if status is not None:
                 self.count(status)
+            if trace is not None:
+                trace.end(status, error)
 
 
 async def _error(

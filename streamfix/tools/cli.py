@@ -335,6 +335,11 @@ def start_problems(cfg: ServerConfig) -> list[str]:
         record_problem = _record_problem(cfg.record)
         if record_problem:
             problems.append(record_problem)
+    from ..server.tracing import problem as traces_problem
+
+    traces = traces_problem(cfg)
+    if traces:
+        problems.append(traces)
     return problems
 
 

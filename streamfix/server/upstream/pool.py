@@ -442,6 +442,7 @@ async def send(
     on_error: ErrorHook | None = None,
     order: list[Upstream] | None = None,
     rows: list[Upstream] | None = None,
+    on_failure: Callable[[UpstreamFailure], None] | None = None,
 ) -> tuple[Upstream, aiohttp.ClientResponse]:
     """Open ``method path`` on the first upstream that answers with
     something other than a connection error, a timeout, a 5xx or a 429.
@@ -449,7 +450,8 @@ async def send(
     a new weighted order each round; ``order`` a fixed order instead.
 
     Returns the upstream and its open response (the caller closes it).
-    Raises ``UpstreamFailure`` when every round failed.
+    Raises ``UpstreamFailure`` when every round failed. ``on_failure`` is
+    told of each row's failure as it happens (``tracing.py``'s attempt spans).
     """
     last: UpstreamFailure | None = None
     #: Rows that answered this request 500: not asked it again (module doc).
@@ -507,6 +509,8 @@ async def send(
                 pool.answered_500(up, request)
             else:
                 pool.failed(up)
+            if on_failure is not None:
+                on_failure(last)
             if on_error is not None:
                 on_error(up, last.kind)
     assert last is not None  # the pool is never empty
