@@ -668,3 +668,26 @@ def test_traces_off_import_nothing_of_the_extra() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+async def test_narrowing_is_noted_on_the_request_span(spans: InMemorySpanExporter) -> None:
+    """``--narrow-tools auto``: the request span says what narrowing did
+    (the outcome, the tools shown of those offered)."""
+    from .test_narrow_proxy import model_calling, turn
+
+    async with (
+        FakeUpstream(handler=model_calling("get_weather")) as up,
+        AppServer(traced_app(spans, up.url, narrow_tools="auto")) as px,
+    ):
+        status, _ = await post(px, "/v1/chat/completions", turn())
+        assert status == 200
+        req, _ = by_kind(spans)
+        spans.clear()
+        status, _ = await post(px, "/v1/chat/completions", {**turn(), "tools": turn()["tools"][:3]})
+        assert status == 200
+        few, _ = by_kind(spans)
+    a = req.attributes
+    assert a["streamfix.narrowing"] == "narrowed"
+    assert a["streamfix.narrowing_kept"] == 5 and a["streamfix.narrowing_of"] > 5
+    assert few.attributes["streamfix.narrowing"] == "few_tools"
+    assert "streamfix.narrowing_kept" not in few.attributes

@@ -62,7 +62,7 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     metrics = scope.proxy.metrics
     if len(names) <= narrow.THRESHOLD:
         metrics.narrowed.labels("few_tools").inc()
-        return narrow.Decision(len(names), outcome="few_tools")
+        return _traced(scope, narrow.Decision(len(names), outcome="few_tools"))
     messages = body.get("messages") or []
     turn = narrow.turn_text(messages)
     scores = None
@@ -74,6 +74,16 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     d = narrow.decide(names, scores, narrow.called_before(messages))
     if not d.narrowed:
         metrics.narrowed.labels(d.outcome).inc()
+    return _traced(scope, d)
+
+
+def _traced(scope: Scope, d: narrow.Decision) -> narrow.Decision:
+    """``d`` noted on the request's span (``streamfix.narrowing``: the
+    outcome; ``…_kept``/``…_of``: the tools shown of those offered)."""
+    attrs: dict[str, Any] = {"streamfix.narrowing": d.outcome, "streamfix.narrowing_of": d.offered}
+    if d.kept is not None:
+        attrs["streamfix.narrowing_kept"] = len(d.kept)
+    scope.annotate(attrs)
     return d
 
 

@@ -71,9 +71,12 @@ or the attempt did (a connection error, a timeout, an HTTP error, a
 stream that died or broke the protocol). A client that went away is no
 error: ``streamfix.client_gone``.
 
-*More attributes from the request's own code* (tool narrowing, say):
-``Scope.annotate({...})`` sets them on the request span, before or after
-it started (``RequestTrace.note``); nothing when traces are off.
+*More attributes from the request's own code*: ``Scope.annotate({...})``
+sets them on the request span, before or after it started
+(``RequestTrace.note``); nothing when traces are off. Tool narrowing
+(``server/narrowing.py``) notes ``streamfix.narrowing`` (``narrowed``,
+``few_tools``, ``not_confident``), ``streamfix.narrowing_of`` (tools
+offered) and ``streamfix.narrowing_kept`` (tools shown).
 
 *Cost.* Off: a ``None`` check per request at each hook and one per
 upstream read. On, per chunk: a reference to each of the last
