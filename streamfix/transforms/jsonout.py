@@ -250,6 +250,13 @@ class JsonOutput:
         self._called = False  # a tool call was emitted: an answer without JSON
 
     @property
+    def streaming(self) -> bool:
+        """The reply may still leave as it came (stream mode, or the lead
+        before it): the chain keeps a chunk back whole while part of its
+        text is held (``chain``'s module doc)."""
+        return self._mode == _STREAM or self._mode == _LEAD
+
+    @property
     def holding(self) -> bool:
         """The reply is held until its end (hold mode, or not decided yet)."""
         return self._mode in (_LEAD, _HOLD)
