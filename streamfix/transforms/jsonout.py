@@ -41,8 +41,9 @@ choice does not depend on how the reply was split):
 A reply that is already valid JSON and validates leaves byte for byte
 (stream mode forwards its chunks as they came; hold mode checks the whole
 text first, and sends it as one delta). A non-streamed reply is the same
-step fed once, so it equals the streamed one at any split. Held text is bounded by ``max_call_chars``:
-past it the reply is released as it came, with the note (``json_too_long``).
+step fed once, so it equals the streamed one at any split. Held text is
+bounded by ``max_call_chars``: past it the reply is released as it came,
+with the note (``json_too_long``).
 """
 
 from __future__ import annotations
