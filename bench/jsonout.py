@@ -56,9 +56,7 @@ MESSAGES = [{"role": "user", "content": "The records, as JSON."}]
 def _records(n: int, broken: bool) -> list[str]:
     """A reply of ``n`` records in about-one-token pieces; ``broken``: in a
     fence, single-quoted, ``True``/``False`` and a trailing comma."""
-    rows = [
-        {"id": i, "name": f"item {i}", "ok": i % 2 == 0, "tags": ["a", "b"]} for i in range(n)
-    ]
+    rows = [{"id": i, "name": f"item {i}", "ok": i % 2 == 0, "tags": ["a", "b"]} for i in range(n)]
     text = json.dumps({"items": rows}, indent=1)
     if broken:
         text = text.replace('"', "'").replace("true", "True").replace("false", "False")
