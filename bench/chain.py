@@ -17,6 +17,15 @@ way a BPE tokenizer cuts them. It is full of brackets, code and the words
 "function" and "call", which are prefixes of markers and are held until
 the next token shows they are not.
 
+4. A clean JSON reply (an object of records, cut into tokens by the same
+   rule) streamed with ``response_format`` (``json_schema``, not strict)
+   against the same reply without it: the added cost per chunk of the
+   structured-output step (``transforms/jsonout.py``: the rewriter reads
+   every token, the chain keeps a chunk back whole while its tail is held
+   and sends it as its own bytes). The two alternate ``--repeat`` times and
+   the medians are compared (no target). The output is checked to be the
+   input, byte for byte.
+
 Each case takes the best of ``--repeat`` runs (the least disturbed by the
 rest of the machine); ratios compare runs made moments apart.
 """
@@ -27,6 +36,7 @@ import argparse
 import asyncio
 import json
 import re
+import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -152,6 +162,71 @@ def tool_call_stream(n: int) -> list[bytes]:
     return stream_of(pieces)
 
 
+#: What a clean JSON reply is asked for with (``json_clean_stream``).
+JSON_REQUEST: dict[str, Any] = {
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "records",
+            "schema": {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+                "required": ["items"],
+            },
+        },
+    }
+}
+
+
+def json_clean_stream(n: int) -> list[bytes]:
+    """A valid JSON object of records, about ``n`` tokens (the GPT-2 rule
+    above), one chunk each: keys, numbers, strings, booleans, nesting."""
+    items, size = [], 0
+    while size < n:
+        i = len(items)
+        items.append(
+            {"id": i, "name": f"{WORDS[i % len(WORDS)]} {i}", "ok": i % 3 == 0, "score": i * 0.5}
+        )
+        size += 31  # tokens per record, about
+    text = json.dumps({"items": items}, indent=1)
+    return stream_of(_TOKEN.findall(text))
+
+
+def _timed_once(make: Pipe, reads: list[bytes]) -> float:
+    loop = asyncio.new_event_loop()
+    try:
+        t0 = time.perf_counter()
+        loop.run_until_complete(_consume(make(reads)))
+        return time.perf_counter() - t0
+    finally:
+        loop.close()
+
+
+def json_row(chunks: int, repeat: int) -> dict[str, Any]:
+    """Case 4: medians of alternated runs, with and without
+    ``response_format``, on the same clean JSON reply."""
+    reads = json_clean_stream(chunks)
+    n = len(reads)
+
+    async def out(req: dict[str, Any]) -> bytes:
+        return b"".join([b async for b in streamfix.fix_sse(_source(reads), req)])
+
+    assert asyncio.run(out(JSON_REQUEST)) == b"".join(reads), "not byte for byte"
+    plain: list[float] = []
+    asked: list[float] = []
+    for _ in range(max(3, repeat)):
+        plain.append(_timed_once(lambda r: streamfix.fix_sse(_source(r)), reads))
+        asked.append(_timed_once(lambda r: streamfix.fix_sse(_source(r), JSON_REQUEST), reads))
+    mp, ma = statistics.median(plain), statistics.median(asked)
+    return {
+        "json_chunks": n,
+        "json_plain_us_per_chunk": mp / n * 1e6,
+        "json_asked_us_per_chunk": ma / n * 1e6,
+        "json_added_us_per_chunk": (ma - mp) / n * 1e6,
+        "json_ratio": ma / mp,
+    }
+
+
 async def _source(reads: list[bytes]) -> AsyncIterator[bytes]:
     for r in reads:
         yield r
@@ -224,6 +299,7 @@ def run(chunks: int, repeat: int) -> dict[str, Any]:
     results["call_flatness_ratio"] = (
         results["call_20k_us_per_chunk"] / results["call_2k_us_per_chunk"]
     )
+    results.update(json_row(chunks, repeat))
     return results
 
 
@@ -250,6 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'2,000 argument chunks':<24s}{r['call_2k_us_per_chunk']:7.2f} us/chunk")
     flat = r["call_flatness_ratio"]
     print(row.format("20,000 argument chunks", r["call_20k_us_per_chunk"], flat, "1.1"))
+    print(
+        f"clean JSON reply, {r['json_chunks']} chunks, response_format json_schema "
+        f"(medians of {max(3, args.repeat)} alternated runs; output byte for byte)"
+    )
+    print(f"  {'fix_sse, no response_format':<30s}{r['json_plain_us_per_chunk']:7.2f} us/chunk")
+    print(
+        f"  {'fix_sse, response_format':<30s}{r['json_asked_us_per_chunk']:7.2f} us/chunk"
+        f"   +{r['json_added_us_per_chunk']:.2f} us, ratio {r['json_ratio']:.2f}  (no target)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

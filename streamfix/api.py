@@ -7,10 +7,11 @@ so an abandoned stream never leaves an upstream request running.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from .chain import KEEPALIVE, PASS, Chain
+from .chain import DEFER, FORGET, KEEPALIVE, PASS, RELEASE, Chain, Out
 from .chunks import view_of
 from .context import Context
 from .errors import UpstreamProtocolError
@@ -61,18 +62,33 @@ async def fix_chunks(
     UpstreamProtocolError for an item that is not a JSON object.
     """
     chain = Chain(Context.of(request, options))
+    kept: deque[dict[str, Any]] = deque()  # chunks the chain keeps back whole
+
+    def sent(outs: list[Out], chunk: dict[str, Any] | None) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = []
+        for out in outs:
+            if out is PASS:
+                assert chunk is not None
+                got.append(chunk)
+            elif out is DEFER:
+                assert chunk is not None
+                kept.append(chunk)
+            elif out is RELEASE:
+                got.append(kept.popleft())
+            elif out is FORGET:
+                kept.clear()
+            elif out is not KEEPALIVE:
+                assert isinstance(out, dict)
+                got.append(out)
+        return got
+
     try:
         async for chunk in source:
-            for out in chain.feed(view_of(chunk), chunk):
-                if out is PASS:
-                    yield chunk
-                elif out is not KEEPALIVE:
-                    assert isinstance(out, dict)
-                    yield out
+            for out in sent(chain.feed(view_of(chunk), chunk), chunk):
+                yield out
             if chain.stopped:
                 break
-        for out in chain.close():
-            assert isinstance(out, dict)
+        for out in sent(chain.close(), None):
             yield out
     finally:
         await _aclose(source)

@@ -17,10 +17,30 @@ every reply: they see lifted calls in ``Delta.calls`` and content with the
 markup gone. A user step that raises ends its choice: the chain raises
 ``TransformError`` (``SSESession`` turns it into an error event); a
 built-in step's exception is left as it is (a bug of ours).
+
+*Chunks kept back whole.* In a reply whose JSON streams (``jsonout``'s
+stream mode, or the lead before it), a chunk whose text the steps release
+only in part (a comma, a key or a number at its end waits for the next
+token) is not re-cut: the chain answers ``DEFER`` (keep this chunk's own
+bytes back, send nothing) and watches what the steps release next. Each
+kept chunk whose text has then come out exactly as it went in is sent as
+it came (``RELEASE``: the oldest kept chunk's own bytes), in order, as
+soon as it has. When the steps release anything else (a repair), or the
+chunk carries anything else that changed, ``FORGET`` (drop the kept
+chunks), then the chunks as they would have been sent without the keeping
+(the same text and fields, so the client assembles the same reply at any
+split). So a valid reply leaves as the upstream's own bytes, chunk by
+chunk, with no more delay than the held tail had already. At most one
+choice keeps chunks back at a time, at most ``MAX_KEPT_CHUNKS`` chunks or
+``MAX_KEPT_CHARS`` characters of text (past that: ``FORGET``); a mount that
+holds no bytes (``fix_chunks``) keeps the chunk objects instead. No
+keep-alive is sent for a chunk kept back: the wait is a token or a few, and
+the proxy keeps its client alive itself.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -51,10 +71,20 @@ class _Marker:
 
 PASS: Final = _Marker("PASS")
 KEEPALIVE: Final = _Marker("KEEPALIVE")
+#: Keep this chunk's own bytes back; send nothing for it now.
+DEFER: Final = _Marker("DEFER")
+#: Send the oldest chunk kept back, as its own bytes.
+RELEASE: Final = _Marker("RELEASE")
+#: Drop the chunks kept back: what follows stands for them.
+FORGET: Final = _Marker("FORGET")
 Out = _Marker | dict[str, Any]
 #: The answer for an unchanged chunk, shared (never mutated) to spare an
 #: allocation per chunk.
 PASS_ONLY: Final[list[Out]] = [PASS]
+DEFER_ONLY: Final[list[Out]] = [DEFER]
+#: Bounds on the chunks kept back (module doc).
+MAX_KEPT_CHUNKS = 64
+MAX_KEPT_CHARS = 4096
 
 _OWNED_DELTA_KEYS = frozenset(
     {"content", "reasoning_content", "reasoning", "tool_calls", "function_call"}
@@ -141,6 +171,7 @@ class _Choice:
     __slots__ = (
         "cut",
         "done",
+        "json",
         "n_calls",
         "reasoning_key",
         "reasoning_lane",
@@ -156,6 +187,8 @@ class _Choice:
         self.steps = build_pipeline(ctx)
         #: The position of the first user step (``Options.transforms``).
         self.user_from = len(self.steps) - len(ctx.options.transforms)
+        #: The JSON step, whose stream mode lets the chain keep chunks back.
+        self.json = next((s for s in self.steps if isinstance(s, JsonOutput)), None)
         #: The plain-text and the reasoning lane (``delta.TextLane``).
         self.text_lane = _lane_of(self.steps, "text")
         self.reasoning_lane = _lane_of(self.steps, "reasoning")
@@ -239,6 +272,37 @@ def _lane(st: _Choice, key: str) -> _Lane | None:
     return st.text_lane if key == CONTENT else st.reasoning_lane
 
 
+class _Kept:
+    """Chunks of one choice kept back whole (module doc, ``Chain._one``),
+    oldest first, with their texts joined and what the steps released of
+    those texts (always a prefix of them)."""
+
+    __slots__ = ("index", "items", "out", "text")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.items: deque[tuple[bytes | dict[str, Any], ChoiceView, Delta, int]] = deque()
+        self.text = ""  # the kept chunks' content, joined
+        self.out = ""  # what the steps released of it
+
+    def add(self, original: bytes | dict[str, Any], ch: ChoiceView, d: Delta, text: str) -> None:
+        self.items.append((original, ch, d, len(text)))
+        self.text += text
+
+    def release(self) -> int:
+        """Drop the oldest chunks whose text was released whole (they go
+        out as their own bytes); how many."""
+        n = 0
+        items = self.items
+        while items and items[0][3] <= len(self.out):
+            size = items.popleft()[3]
+            if size:
+                self.text = self.text[size:]
+                self.out = self.out[size:]
+            n += 1
+        return n
+
+
 class Chain:
     """Sans-I/O repair of one chat-completion stream (or one completion)."""
 
@@ -253,6 +317,8 @@ class Chain:
         self._template_of: bytes | dict[str, Any] | None = None
         #: True once every choice ended by a cut: stop reading upstream.
         self.stopped = False
+        #: Chunks kept back whole (module doc), or None.
+        self._kept: _Kept | None = None
 
     @property
     def output_started(self) -> bool:
@@ -288,7 +354,7 @@ class Chain:
         """One chunk in; what to send on out (see module docstring)."""
         choices = view.choices
         if not choices or view.error is not None:
-            return PASS_ONLY
+            return PASS_ONLY if self._kept is None else [*self._forget(), PASS]
         self._template_src = original
         if len(choices) == 1:
             # The common case, kept short: one choice, and most often
@@ -304,19 +370,20 @@ class Chain:
                 )
                 if out is not None:
                     return out
-            d, changed = self._feed_choice(ch)
-            if not changed:
+            d, changed, alone = self._feed_choice(ch)
+            if not changed and self._kept is None:
                 return PASS_ONLY
-            return self._changed(original, [(ch, d)])
+            return self._one(ch, d, changed, alone, original)
+        lead = self._forget() if self._kept is not None else []
         results: list[tuple[ChoiceView, Delta | None]] = []
         changed = False
         for ch in choices:
-            d, ch_changed = self._feed_choice(ch)
+            d, ch_changed, _ = self._feed_choice(ch)
             changed = changed or ch_changed
             results.append((ch, d))
         if not changed:
-            return PASS_ONLY
-        return self._changed(original, results)
+            return [*lead, PASS] if lead else PASS_ONLY
+        return [*lead, *self._changed(original, results)]
 
     def has_lane(self, index: int, key: str = CONTENT) -> bool:
         """Whether choice ``index`` takes plain text (or reasoning, for the
@@ -342,6 +409,8 @@ class Chain:
             return None
         assert st is not None
         self._template_src = original
+        if self._kept is not None:
+            return self._lane_from(st, 0, index, content, CONTENT, original, ch, True)
         try:
             for accepts in lane.accepts:  # (``_lane_from``, inlined: the hot path)
                 if not accepts(content):
@@ -395,7 +464,7 @@ class Chain:
         lane = _lane(st, key)
         assert lane is not None
         entry = first
-        if not declined:
+        if not declined and self._kept is None:
             try:
                 for entry in range(first, len(lane.accepts)):
                     if not lane.accepts[entry](text):
@@ -411,10 +480,10 @@ class Chain:
                 raise err from exc
         if ch is None:
             ch = ChoiceView(index=index, delta=_delta_view(key, text))
-        d, changed = self._feed_choice(ch, start=lane.pos[entry])
-        if not changed:
+        d, changed, alone = self._feed_choice(ch, start=lane.pos[entry])
+        if not changed and self._kept is None:
             return PASS_ONLY
-        return self._changed(original, [(ch, d)])
+        return self._one(ch, d, changed, alone, original)
 
     def _saw(self, st: _Choice, key: str) -> None:
         """Text of the field ``key`` reached the client (``_note_output``)."""
@@ -455,8 +524,12 @@ class Chain:
         # entry before it passed on to it).
         taken: list[int] = []
         k = n
+        if self._kept is not None:
+            # chunks kept back: each text one at a time (``_lane_from``)
+            taken = [0] * len(lane.runs)
+            k = 0
         try:
-            for feed_texts in lane.runs:
+            for feed_texts in lane.runs if k else ():
                 if k == n:
                     k = feed_texts(texts, joined)
                 elif k:
@@ -497,18 +570,86 @@ class Chain:
             return [KEEPALIVE]
         return out
 
-    def _feed_choice(self, ch: ChoiceView, start: int = 0) -> tuple[Delta | None, bool]:
+    def _one(
+        self,
+        ch: ChoiceView,
+        d: Delta | None,
+        changed: bool,
+        alone: bool,
+        original: bytes | dict[str, Any],
+    ) -> list[Out]:
+        """What to send for a chunk of one choice (``ch``), its delta
+        through the pipeline being ``d``: the chunks kept back whole are
+        released, kept on or forgotten, and this one sent, kept back or
+        rebuilt (module doc). ``alone``: nothing but the content may have
+        changed."""
+        kept = self._kept
+        lead: list[Out] = []
+        if kept is not None and kept.index != ch.index:
+            lead = self._forget()
+            kept = None
+        if alone and d is not None and d is not _NO_CHANGE:
+            text = (ch.delta.content if ch.delta is not None else None) or ""
+            out = d.content or ""
+            if kept is None:
+                json = self._choices[ch.index].json
+                if (
+                    changed
+                    and json is not None
+                    and json.streaming
+                    and len(out) < len(text)
+                    and text.startswith(out)
+                ):
+                    # part of the text held: keep the whole chunk back
+                    self._kept = kept = _Kept(ch.index)
+                    kept.add(original, ch, d, text)
+                    kept.out = out
+                    return [*lead, DEFER] if lead else DEFER_ONLY
+            elif (kept.text + text).startswith(out, len(kept.out)):
+                kept.add(original, ch, d, text)
+                kept.out += out
+                n = kept.release()
+                if not kept.items:
+                    self._kept = None  # nothing needed changing
+                    return [DEFER, *[RELEASE] * n]
+                outs: list[Out] = DEFER_ONLY if not n else [DEFER, *[RELEASE] * n]
+                if len(kept.items) > MAX_KEPT_CHUNKS or len(kept.text) > MAX_KEPT_CHARS:
+                    return [*outs, *self._forget()]
+                return outs
+        if kept is not None:
+            lead = self._forget()
+        if not changed:
+            return [*lead, PASS]
+        return [*lead, *self._changed(original, [(ch, d)])]
+
+    def _forget(self) -> list[Out]:
+        """The chunks kept back, dropped, and sent as they would have been
+        without the keeping (``FORGET``, then their rebuilt chunks: what
+        the steps released of their text on the first, the fields of
+        each on its own)."""
+        kept = self._kept
+        assert kept is not None
+        self._kept = None
+        outs: list[Out] = [FORGET]
+        unsent: str | None = kept.out
+        for original, ch, d, _ in kept.items:
+            d.content, unsent = unsent, None
+            outs.extend(self._rebuild(self._original_obj(original), [(ch, d)]))
+        return outs
+
+    def _feed_choice(self, ch: ChoiceView, start: int = 0) -> tuple[Delta | None, bool, bool]:
         """Run one choice's delta through its pipeline (from step ``start``:
         the steps before it took the text on the plain-text lane). Returns
         the delta (``_NO_CHANGE`` to send the original, None to send
-        nothing) and whether anything changed."""
+        nothing), whether anything changed, and whether nothing but the
+        content may have."""
         st = self._choices.get(ch.index)
         if st is None:
             st = self._choice(ch.index)
         elif st.done:
             # After a cut the choice says no more; after a normal finish,
             # whatever else the upstream sends for it goes on untouched.
-            return (None, True) if st.cut else (_NO_CHANGE, False)
+            return (None, True, False) if st.cut else (_NO_CHANGE, False, False)
         dv = ch.delta
         finish = ch.finish_reason
         d = delta_in(dv, finish)
@@ -524,31 +665,41 @@ class Chain:
         # Text compared by value: a step may hand back an equal string (text
         # held, then released as the next chunk's), and then the original
         # chunk goes out, whichever string objects the texts were read into.
-        changed = (
-            d.content != content0
-            or d.reasoning != reasoning0
+        others = (
+            d.reasoning != reasoning0
             or d.fragments is not fragments0
             or bool(d.calls)
             or d.finish_reason != finish
             or bool(d.ext)
         )
-        return d, changed
+        return d, others or d.content != content0, not others
 
     def close(self) -> list[Out]:
         """End of stream (``[DONE]`` or the connection closed): resolve
         every choice that never got a finish chunk."""
         pending = [(i, st) for i, st in self._choices.items() if not st.done]
+        kept = self._kept
         if not pending:
-            return []
+            return self._forget() if kept is not None else []
         template = self._template_obj()
+        lead: list[Out] = []
         results: list[tuple[ChoiceView, Delta | None]] = []
         for index, st in pending:
             d = Delta()
             st.run(d, True)
             self._note_output(st, d)
+            if kept is not None and index == kept.index:
+                if kept.out + (d.content or "") == kept.text and not (
+                    d.reasoning or d.calls or d.ext or d.finish_reason is not None
+                ):
+                    # the end released what was held as it came
+                    self._kept = None
+                    lead = [RELEASE] * len(kept.items)
+                    continue
+                lead = self._forget()
             results.append((ChoiceView(index=index), d))
         self._check_empty()
-        return self._rebuild(template, results, synthetic=True)
+        return [*lead, *self._rebuild(template, results, synthetic=True)]
 
     def _note_output(self, st: _Choice, d: Delta) -> None:
         if d.content or d.calls or d.reasoning:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import deque
 from typing import Any
 
 import msgspec
 import orjson
 
 from . import jsoncodec
-from .chain import KEEPALIVE, PASS, PASS_ONLY, Chain, Out
+from .chain import DEFER, FORGET, KEEPALIVE, PASS, PASS_ONLY, RELEASE, Chain, Out
 from .chunks import CONTENT, ChoiceView, ChunkView, _decode, decode_view, plain_text
 from .context import Context, Report
 from .errors import TransformError, UpstreamProtocolError
@@ -185,6 +186,8 @@ class SSESession:
         self._learned: _Shape | None = None
         self._learns = 0
         self._misses = 0  # events decoded since learning slowed down
+        #: Events the chain keeps back whole (``DEFER``), as they came.
+        self._kept: deque[bytes] = deque()
 
     def finish(self) -> None:
         """The stream is over for the client (``[DONE]`` sent, a cut, an
@@ -613,14 +616,23 @@ class SSESession:
                 out.append(self._stop())
         return b"".join(out)
 
-    @staticmethod
-    def _encode(outs: list[Out], raw: bytes) -> bytes:
+    def _encode(self, outs: list[Out], raw: bytes) -> bytes:
+        """The bytes for what the chain returned for the event ``raw``:
+        ``PASS`` is ``raw`` itself, ``DEFER`` keeps it back, ``RELEASE``
+        sends the oldest event kept back (its own bytes), ``FORGET`` drops
+        them (the chunks after it stand for those events)."""
         parts: list[bytes] = []
         for o in outs:
             if o is PASS:
                 parts.append(raw)
             elif o is KEEPALIVE:
                 parts.append(_KEEPALIVE_BYTES)
+            elif o is DEFER:
+                self._kept.append(raw)
+            elif o is RELEASE:
+                parts.append(self._kept.popleft())
+            elif o is FORGET:
+                self._kept.clear()
             else:
                 parts.append(encode_data(jsoncodec.dumps(o)))
         return b"".join(parts)

@@ -95,10 +95,9 @@ def test_corpus_streamed_equals_whole_at_every_split(case: dict[str, Any]) -> No
 
 @pytest.mark.parametrize("neg", NEGATIVE)
 def test_valid_reply_passes_byte_for_byte(neg: dict[str, Any]) -> None:
-    """The same text, whole and streamed at any split; a stream whose
-    chunks end where nothing is held (here: one chunk) is the upstream's
-    own bytes. (A chunk that ends in a comma, a key or a number is re-cut:
-    that text waits for the next one, ``jsonsyntax``'s module doc.)"""
+    """The same text, whole and streamed at any split, and the upstream's
+    own bytes at every split (a chunk that ends in a comma, a key or a
+    number waits whole for the next: ``chain``'s module doc)."""
     content = neg["content"]
     req = request(neg["schema"])
     choice, report = whole(content, req)
@@ -111,6 +110,9 @@ def test_valid_reply_passes_byte_for_byte(neg: dict[str, Any]) -> None:
         got, rep = streamed(pieces, req)
         assert got.content == content, pieces
         assert not rep.counts and got.ext is None
+        data = text_stream(pieces)
+        session = SSESession(req)
+        assert session.feed(data) + session.close() == data, pieces
 
 
 @pytest.mark.parametrize("case", CASES[:8], ids=[c["name"] for c in CASES[:8]])
@@ -149,13 +151,15 @@ def test_any_split_property(case: dict[str, Any], cuts: list[int]) -> None:
 
 
 def test_clean_json_streams_as_it_comes() -> None:
-    """A clean reply is not held: each piece leaves with its own chunk."""
+    """A clean reply is not held: a chunk whose tail is decided leaves at
+    once as its own bytes; one that ends in a key, a comma or a number
+    waits whole for the next, and then both leave as they came."""
     req = request(CASES[0]["schema"])
-    pieces = ['{"name": ', '"Ada", ', '"age": 36}']
+    pieces = ['{"name": "Ada"', ', "age": ', "36", "}"]
+    raws = [sse([chunk(p)], done=False) for p in pieces]
     session = SSESession(req)
-    outs = [session.feed(sse([chunk(p)], done=False)) for p in pieces]
-    assert all(outs)  # nothing held whole
-    assert assemble(b"".join(outs)).content.startswith('{"name": "Ada"')
+    outs = [session.feed(raw) for raw in raws]
+    assert outs == [raws[0], b"", b"", raws[1] + raws[2] + raws[3]]
     assert not session.chain.holding_json
 
 

@@ -16,6 +16,10 @@ choice does not depend on how the reply was split):
   the value is forwarded as it comes through ``jsonsyntax.JsonRewriter``:
   clean tokens leave as the model's own characters, broken ones repaired
   in place, only a comma, a key or a number held until the next token.
+  A chunk whose tail is so held is kept back whole by the chain and, when
+  the next tokens show nothing needed changing, sent as the upstream's own
+  bytes (``chain``'s module doc: a valid reply passes byte for byte,
+  chunk by chunk); only a chunk that was repaired is re-encoded.
   After the value, blanks are kept and a closing fence or prose dropped.
   At the end the value is checked against the schema; bytes already sent
   cannot be asked again, so a value that does not validate (or was cut by
@@ -35,10 +39,11 @@ choice does not depend on how the reply was split):
   (``server/reask.py``), and the reply after that is sent with the note.
 
 A reply that is already valid JSON and validates leaves byte for byte
-(stream mode forwards it as it came; hold mode checks the whole text
-first). A non-streamed reply is the same step fed once, so it equals the
-streamed one at any split. Held text is bounded by ``max_call_chars``:
-past it the reply is released as it came, with the note (``json_too_long``).
+(stream mode forwards its chunks as they came; hold mode checks the whole
+text first, and sends it as one delta). A non-streamed reply is the same
+step fed once, so it equals the streamed one at any split. Held text is
+bounded by ``max_call_chars``: past it the reply is released as it came,
+with the note (``json_too_long``).
 """
 
 from __future__ import annotations
@@ -248,6 +253,13 @@ class JsonOutput:
         self._sent_chars = 0
         self._lane: tuple[str, str] | None = None  # a declined text and its output
         self._called = False  # a tool call was emitted: an answer without JSON
+
+    @property
+    def streaming(self) -> bool:
+        """The reply may still leave as it came (stream mode, or the lead
+        before it): the chain keeps a chunk back whole while part of its
+        text is held (``chain``'s module doc)."""
+        return self._mode == _STREAM or self._mode == _LEAD
 
     @property
     def holding(self) -> bool:
