@@ -60,6 +60,8 @@ def page(title: str, view: str, body: Markup, csrf: str | None, status_line: str
             tag("meta", name="viewport", content="width=device-width, initial-scale=1"),
             tag("title", f"{title} · streamfix"),
             tag("link", rel="stylesheet", href="/ui/static/ui.css"),
+            # ours: else the browser asks /favicon.ico, which the API answers 401
+            tag("link", rel="icon", href="/ui/static/icon.svg", type="image/svg+xml"),
             tag("script", src="/ui/static/ui.js", defer=True),
         ),
         tag(
@@ -366,6 +368,16 @@ def recordings_view(
     return join([form, count, table if shown else tag("p", "No recording matches.")])
 
 
+def _cell(value: str | None) -> Markup:
+    """One side's field: the text as it is, or a muted word for nothing
+    (not text a reply could have held)."""
+    if value is None:
+        return tag("span", "(not available)", class_="empty")
+    if value == "":
+        return tag("span", "(none)", class_="empty")
+    return tag("pre", value)
+
+
 def recording_view(s: Sides) -> Markup:
     sm = s.summary
     facts = tag(
@@ -396,16 +408,16 @@ def recording_view(s: Sides) -> Markup:
             tag(
                 "tr",
                 tag("th", name),
-                tag("td", tag("pre", a if a is not None else "–"), class_="side upstream"),
+                tag("td", _cell(a), class_="side upstream"),
                 tag(
                     "td",
-                    tag("pre", b if b is not None else "–"),
+                    _cell(b),
                     tag("span", "repaired", class_="badge") if repaired else None,
                     class_="side client" + (" diff" if repaired else ""),
                 ),
                 tag(
                     "td",
-                    tag("pre", c if c is not None else "–"),
+                    _cell(c),
                     tag("span", "differs today", class_="badge") if changed else None,
                     class_="side now" + (" changed" if changed else ""),
                 ),

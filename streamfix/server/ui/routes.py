@@ -42,6 +42,7 @@ PREFIX: Final = "/ui"
 STATIC: Final = {
     "ui.css": "text/css",
     "ui.js": "text/javascript",
+    "icon.svg": "image/svg+xml",
 }
 
 #: What a redirect after an action may say (fixed texts: nothing from the
