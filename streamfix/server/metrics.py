@@ -8,6 +8,10 @@ Repairs are counted from ``Report.counts`` after each reply, under the
 chain's own keys (``calls.<format>``, ``loop_cut``, ``stripped.<kind>``,
 ``dropped_call.<why>``, ``repaired_arguments``, ``unrecognised_markup``…),
 so a new transformer's counter shows up without touching this module.
+
+The chunk histogram is kept per model label (``ChunkHistograms``) for the
+operator page's p50/p99 per model (``server/ui``), and exposed as the one
+unlabelled ``streamfix_chunk_seconds`` histogram it always was.
 """
 
 from __future__ import annotations

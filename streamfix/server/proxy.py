@@ -1,8 +1,10 @@
 """The state of one proxy app: the configuration, the routing table in
 force (``upstream/table.py``) and its probes, reloading it, the HTTP
 client session the upstreams are reached with, the upstream slots, the
-metrics and the counters every endpoint feeds, and the tracer
-(``tracing.py``: None unless traces are on; flushed when the app stops).
+metrics and the counters every endpoint feeds, the tracer
+(``tracing.py``: None unless traces are on; flushed when the app stops),
+and, with ``--ui``, the operator page's last hour (``ui/activity.Activity``,
+fed by ``count_report``).
 
 The endpoints (``routes/``) and the middlewares (``caller/guards.py``)
 reach it as ``request.app[PROXY]``; what one request carries (the table it
