@@ -329,7 +329,8 @@ async def test_the_models_view_shows_rows_requests_latency_and_the_last_hour(
     assert [i for i, _ in rows] == ["0", "1"]
     named, catch_all = rows[0][1], rows[1][1]
     assert "<strong>m</strong>" in named and "<strong>*</strong>" in catch_all
-    assert 'data-kind="calls.hermes"' in named and 'data-kind="loop_cut"' in named
+    assert 'data-kind="lifted.hermes"' in named and 'data-kind="loop_cut"' in named
+    assert 'data-kind="calls.' not in text  # every emitted call: not a repair
     assert 'data-kind="unrecognised_markup"' in catch_all
     assert re.search(r'class="num">6<', named)  # six requests for m
     assert " µs / " in named  # p50 / p99 from its histogram
@@ -395,12 +396,12 @@ def test_the_chart_draws_a_bar_per_kind_and_escapes_kinds() -> None:
 
 def test_the_last_hour_is_a_ring_of_minutes() -> None:
     a = act.Activity()
-    a.report("m", {"calls.hermes": 1, "calls.structured": 5}, now=60.0 * 100)
-    a.report("m", {"calls.hermes": 2}, now=60.0 * 100 + 30)
+    a.report("m", {"lifted.hermes": 1, "calls.structured": 5}, now=60.0 * 100)
+    a.report("m", {"lifted.hermes": 2, "calls.hermes": 2}, now=60.0 * 100 + 30)
     a.report("m", {"loop_cut": 1}, now=60.0 * 130)
     hour = a.last_hour("m", now=60.0 * 130)
     assert len(hour) == act.MINUTES
-    assert hour[-31] == {"calls.hermes": 3}  # structured calls are no repair
+    assert hour[-31] == {"lifted.hermes": 3}  # calls.* count every call, not repairs
     assert hour[-1] == {"loop_cut": 1}
     # an hour later the old minute's slot is reused, not added to
     a.report("m", {"loop_cut": 1}, now=60.0 * 160)

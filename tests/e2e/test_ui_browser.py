@@ -121,8 +121,7 @@ async def test_a_reply_with_markup_and_script_is_shown_as_text(
         await log_in(w.page, sc)
         await w.page.goto(sc.root + "/ui/recordings")
         hrefs = [
-            await a.get_attribute("href")
-            for a in await w.page.locator("table.recordings a").all()
+            await a.get_attribute("href") for a in await w.page.locator("table.recordings a").all()
         ]
         shown = []
         for href in hrefs:

@@ -25,7 +25,7 @@ from streamfix.server.config import ServerConfig, TenantConfig, parse_upstream
 from streamfix.server.record import RECORDER
 
 from .streamutil import SHAPES_TOOLS, text_stream
-from .upstream_fake import AppServer, FakeUpstream, Received, Reply
+from .upstream_fake import AppServer, FakeUpstream, Received, Reply, completion
 
 ADMIN_KEY = "sk-admin-ui-0123456789"
 TENANT_KEY = "sk-tenant-ui-9876543210"
@@ -56,14 +56,43 @@ SCRIPT: dict[str, bytes] = {
     "plain": text_stream(["Hello", " there"]),
 }
 
-MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
+#: What ``streamfix probe`` asks (``tools/probe.py``'s cases), answered as a
+#: small model does: calls written as text, reasoning in the content.
+PROBE_ANSWERS = (
+    (
+        "Paris and in Tokyo",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        '</tool_call>\n<tool_call>{"name": "get_weather", "arguments": {"city": "Tokyo"}}'
+        "</tool_call>",
+    ),
+    (
+        "weather in Paris",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+    ),
+    ("step by step", "<think>17 times 3 is 51.</think>51"),
+)
+
+#: A llama.cpp server's model card and ``/props`` (the proxy's probe reads
+#: the engine and the window from them).
+ROUTES = {
+    "/v1/models": {
+        "object": "list",
+        "data": [{"id": "m", "object": "model", "owned_by": "llamacpp"}],
+    },
+    "/props": {"default_generation_settings": {"n_ctx": 8192}},
+}
 
 
 def _reply(rec: Received) -> Reply | None:
     body = rec.body if isinstance(rec.body, dict) else {}
     messages = body.get("messages") or [{}]
     said = str(messages[-1].get("content") or "")
-    return Reply.events(SCRIPT.get(said, SCRIPT["plain"]))
+    if said not in SCRIPT:
+        text = next((a for q, a in PROBE_ANSWERS if q in said), "Hello there.")
+        if body.get("stream") is not True:
+            return Reply.json(completion(text))
+        return Reply.events(text_stream([text[i : i + 12] for i in range(0, len(text), 12)]))
+    return Reply.events(SCRIPT[said])
 
 
 @dataclass
@@ -125,7 +154,7 @@ def config(upstream: FakeUpstream, record: Path, **settings: Any) -> ServerConfi
 @asynccontextmanager
 async def scene(record: Path, serve: bool = True, **settings: Any) -> AsyncIterator[Scene]:
     """The upstream and the proxy, running; with ``serve``, the script served."""
-    async with FakeUpstream(handler=_reply, routes={"/v1/models": MODELS}) as up:
+    async with FakeUpstream(handler=_reply, routes=ROUTES) as up:
         reloads: list[int] = []
         cfg = config(up, record, **settings)
 

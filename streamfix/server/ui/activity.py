@@ -30,9 +30,11 @@ MAX_SAMPLES = 200
 MAX_MODELS = 512
 OTHER = "(other)"
 
-#: Report counts that are not repairs (``record._NOT_REPAIRS``'s reasoning:
-#: a structured call passed on is the upstream doing it right).
-NOT_REPAIRS = frozenset({"calls.structured"})
+#: Report counts left out of the chart: ``calls.<format>`` counts every call
+#: a stream emitted, by shape (``structured``: the upstream did it right);
+#: a call lifted from text is also ``lifted.<format>``, on both paths, which
+#: the chart shows (``tools/probe.describe_report`` reads them alike).
+NOT_REPAIRS_PREFIX = "calls."
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ class Series:
             bucket.clear()
             self.minutes[slot] = minute
         for kind, n in counts.items():
-            if n and kind not in NOT_REPAIRS:
+            if n and not kind.startswith(NOT_REPAIRS_PREFIX):
                 bucket[kind] = bucket.get(kind, 0) + n
 
     def window(self, minute: int) -> list[dict[str, int]]:

@@ -16,7 +16,7 @@ REST = "other"
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#9c9c9c")
 
-WIDTH = 240
+WIDTH = 180
 HEIGHT = 48
 
 
