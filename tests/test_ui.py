@@ -447,3 +447,18 @@ async def test_the_ui_off_keeps_no_activity() -> None:
     cfg = ServerConfig(upstreams=[parse_upstream("http://127.0.0.1:9/v1")])
     app = create_app(cfg)
     assert app[PROXY].activity is None
+
+
+def test_ui_is_a_flag_and_a_toml_setting(tmp_path: Path) -> None:
+    from streamfix.tools.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--upstream", "http://127.0.0.1:9/v1", "--api-key", "sk-k-123", "--ui"]
+    )
+    assert args.ui is True
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        'ui = true\napi_key = "sk-k-123"\n[[upstream]]\nurl = "http://127.0.0.1:9/v1"\n'
+    )
+    assert build_config({}, env={}, config_file=str(toml)).ui
+    assert not build_config({"upstreams": ["http://127.0.0.1:9/v1"]}, env={}).ui  # off by default
