@@ -23,6 +23,7 @@ from streamfix.server.ui.auth import SESSION_SECONDS, Sessions
 from streamfix.server.ui.charts import repairs_chart
 from streamfix.server.ui.html import esc, tag
 from streamfix.server.upstream.table import Table
+from streamfix.tools.probe import CASES
 
 from .support.ui_scene import (
     ADMIN_KEY,
@@ -237,7 +238,8 @@ async def test_a_probe_from_the_page_runs_off_the_request_and_shows_its_table(
             await asyncio.sleep(0.05)
         assert status == 200
         assert "tools, a call wanted" in text and 'class="verdict"' in text
-        assert sum(r.path.endswith("/chat/completions") for r in sc.upstream.requests) == 14
+        asked = sum(r.path.endswith("/chat/completions") for r in sc.upstream.requests)
+        assert asked == 2 * len(CASES)  # each case streamed and not
         assert all(s not in text for s in SECRETS)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from streamfix.tools.probe import CASES
 from tests.support.ui_browser import launch, need_browser
 from tests.support.ui_scene import ADMIN_KEY, TENANT_KEY, Scene, scene
 
@@ -179,7 +180,7 @@ async def test_reload_probe_and_filters_work_from_the_page(tmp_path: Path, brows
             await w.page.click("tr[data-row='0'] form button")
         assert re.search(r"/ui/probe/0$", w.page.url)
         await w.page.wait_for_selector("p.verdict", timeout=60_000)
-        assert await w.page.locator("table.probe tbody tr").count() == 14
+        assert await w.page.locator("table.probe tbody tr").count() == 2 * len(CASES)
         # the filters submit themselves when one is chosen (our script)
         await w.page.goto(sc.root + "/ui/recordings")
         async with w.page.expect_navigation():

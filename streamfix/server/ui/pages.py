@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...tools.probe import CASES
 from ..config import ServerConfig, TenantConfig, UpstreamConfig
 from .activity import Sample
 from .charts import repairs_chart
@@ -242,7 +243,8 @@ def probe_view(
             [
                 tag(
                     "p",
-                    f"Probing since {_clock(run.started)}: 14 short requests, one at a time…",
+                    f"Probing since {_clock(run.started)}: {2 * len(CASES)} short requests, "
+                    "one at a time…",
                     class_="running",
                     data_refresh="2",
                 ),

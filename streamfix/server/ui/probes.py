@@ -4,8 +4,8 @@ Off the request path: the POST starts a task and answers at once; the
 page shows the row's last result (or that it is running) and refreshes
 itself while one runs. Bounded: one probe at a time in the process (a
 second is refused while one runs), each at most ``PROBE_SECONDS`` in all
-(``tools.probe`` sends 14 small requests, one at a time, on its own
-connections), the results kept one per row (the rows of the table in
+(``tools.probe`` sends each of its cases streamed and not, one at a
+time, on its own connections), the results kept one per row (the rows of the table in
 force, by ``UpstreamConfig.identity``). The tasks end with the app.
 """
 
