@@ -39,6 +39,11 @@ what it gets), measured in the same rounds as a fourth path; reported:
 what traces add to the latency and their throughput ratio, traced over
 untraced, and the spans' exports the receiver got.
 
+``--ui``: streamfix runs with the operator page on (``--ui``, which needs
+a key: every client sends one, on every path) and an operator watching it:
+``/ui`` and ``/ui/unrecognised`` fetched once a second through the run.
+Compare with the same run without ``--ui``.
+
 Both are measured in ``--rounds`` rounds (15) that take the paths in turn,
 so a slow moment of the machine falls on all of them; medians are reported.
 A throughput round is about a tenth of a second, so one round's ratio moves
@@ -305,8 +310,23 @@ def _serve(kind: str, port: int, upstream: str | None) -> None:
 # -- the client ----------------------------------------------------------------
 
 
+#: ``--ui``: the key streamfix is started with and every client sends.
+UI_KEY: dict[str, str] = {}
+
+
+async def _watch_ui(root: str) -> None:
+    """An operator with the page open: its views fetched once a second."""
+    async with aiohttp.ClientSession(headers=UI_KEY) as s:
+        while True:
+            for path in ("/ui", "/ui/unrecognised"):
+                async with s.get(root + path) as r:
+                    assert r.status == 200, r.status
+                    await r.read()
+            await asyncio.sleep(1.0)
+
+
 async def _wait(url: str, deadline: float) -> None:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=UI_KEY) as s:
         while time.monotonic() < deadline:
             try:
                 async with s.post(url + "/chat/completions", json=_req(1, 0)) as r:
@@ -550,7 +570,7 @@ async def _measure(
     steady = args.latency_chunks // 2
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(
-        connector=conn, timeout=aiohttp.ClientTimeout(total=60)
+        connector=conn, timeout=aiohttp.ClientTimeout(total=60), headers=UI_KEY
     ) as session:
         doors = [] if args.no_doors else list(DOORS)
         # warm up every path (connections, imports, JIT-free but caches)
@@ -709,6 +729,9 @@ def main() -> int:
         help="the first half of every stream is reasoning_content (a thinking model)",
     )
     p.add_argument("--no-doors", action="store_true", help="skip /v1/messages and /v1/responses")
+    p.add_argument(
+        "--ui", action="store_true", help="streamfix with --ui (and a key), /ui read every second"
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument(
         "--traces",
@@ -728,6 +751,9 @@ def main() -> int:
         return 0
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ui_flags = ["--ui", "--api-key", "sk-bench-ui-key"] if args.ui else []
+    if args.ui:
+        UI_KEY["Authorization"] = "Bearer sk-bench-ui-key"
     ports = {k: free_port() for k in ("upstream", "passthrough", "streamfix")}
     up_url = f"http://127.0.0.1:{ports['upstream']}/v1"
     me = [sys.executable, str(Path(__file__).resolve())]
@@ -736,6 +762,7 @@ def main() -> int:
         return [
             *(sys.executable, "-m", "streamfix", "serve", "--upstream", up_url),
             *("--port", str(port), "--log-level", "error", "--probe-interval", "0"),
+            *ui_flags,
         ]
 
     procs = [
@@ -791,7 +818,13 @@ def main() -> int:
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
         if args.traces:
             pids["traced"] = procs[3].pid
+        root = f"http://127.0.0.1:{ports['streamfix']}"
+        watch = asyncio.create_task(_watch_ui(root)) if args.ui else None
         res = await asyncio.wait_for(_measure(paths, args, pids), 600)
+        if watch is not None:
+            if watch.done():
+                watch.result()  # the page failed: say so
+            watch.cancel()
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         if args.traces:
             await asyncio.sleep(6)  # the batch processor's schedule (5 s): the last spans out

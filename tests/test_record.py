@@ -328,7 +328,7 @@ def test_key_shapes_are_scrubbed_whatever_the_config_knows() -> None:
     for name, value in (("method", "POST"), ("path", "/v1/chat/completions"), ("headers", {})):
         setattr(take, name, value)
     take.secrets, take.wall, take.attempts, take.errors = [], 0.0, [], []
-    take.incomplete, take.status = False, 500
+    take.incomplete, take.status, take.tenant = False, 500, "-"
     take.door = take.chat_body = take.chat_reply = None  # the chat route
     take.body = b'{"messages": []}'
     take.client = [

@@ -18,7 +18,8 @@ The layers, in the order a request moves through them:
 
 ``proxy.py`` is the app's state (config, the table in force, probes,
 reloading, slots, metrics, the tracer); ``record.py``, ``metrics.py`` and
-``tracing.py`` (OpenTelemetry spans, with ``--traces``) observe.
+``tracing.py`` (OpenTelemetry spans, with ``--traces``) observe; ``ui/``
+is the operator page (``--ui``), which reads that state.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app.router.add_get("/v1/models/{model:.+}", models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    if config.ui:  # --ui: the operator page (its own key check, ui/auth.py)
+        from .ui.routes import add_ui
+
+        add_ui(app, proxy)
     return app
 
 

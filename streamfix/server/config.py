@@ -221,6 +221,8 @@ class ServerConfig:
     record_redact: str = "none"
     # OpenTelemetry traces (streamfix.server.tracing; also on when OTEL_* ask for an exporter)
     traces: bool = False
+    # the operator page (streamfix.server.ui)
+    ui: bool = False
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
@@ -363,6 +365,12 @@ SETTINGS: tuple[Setting, ...] = (
         "OpenTelemetry spans for each request and upstream attempt, exported as the "
         "OTEL_* variables say (OTLP/HTTP by default); on too when OTEL_TRACES_EXPORTER or "
         "OTEL_EXPORTER_OTLP_ENDPOINT is set; needs the otel extra (default off)",
+    ),
+    Setting(
+        "ui",
+        bool,
+        "serve the operator page at /ui (models, recordings, unrecognised markup, probe, "
+        "config, reload); needs one of the proxy's own --api-key keys to log in (default off)",
     ),
 )
 
@@ -620,6 +628,11 @@ def validate(cfg: ServerConfig) -> None:
     for name in ("pool_wait", "backoff", "rest", "probe_interval", "keepalive_interval"):
         if not getattr(cfg, name) >= 0:
             raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
+    if cfg.ui and not cfg.api_keys:
+        raise ConfigError(
+            "ui: the operator page needs one of the proxy's own keys (--api-key) to log in "
+            "with: it shows prompts and replies and can reload the configuration"
+        )
     validate_table(cfg)
     from ..errors import PluginError
     from ..plugins import factories

@@ -427,7 +427,7 @@ class Exchange:
         written: the caller may still discard the attempt."""
         proxy = self.scope.proxy
         up = self.up
-        observe = proxy.metrics.chunk_seconds.observe
+        observe = proxy.metrics.chunk_seconds.of(self.scope.model).observe
         perf = time.perf_counter
         got_data = False
         trace = self.scope.trace

@@ -8,6 +8,10 @@ Repairs are counted from ``Report.counts`` after each reply, under the
 chain's own keys (``calls.<format>``, ``loop_cut``, ``stripped.<kind>``,
 ``dropped_call.<why>``, ``repaired_arguments``, ``unrecognised_markup``…),
 so a new transformer's counter shows up without touching this module.
+
+The chunk histogram is kept per model label (``ChunkHistograms``) for the
+operator page's p50/p99 per model (``server/ui``), and exposed as the one
+unlabelled ``streamfix_chunk_seconds`` histogram it always was.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ CHUNK_BUCKETS = (
     0.25,
 )
 
-__all__ = ["CONTENT_TYPE_LATEST", "ChunkHistogram", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "ChunkHistogram", "ChunkHistograms", "Metrics"]
 
 
 class ChunkHistogram(Collector):
@@ -61,17 +65,65 @@ class ChunkHistogram(Collector):
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile estimated from the buckets as Prometheus's
+        ``histogram_quantile`` does (linear within the bucket; the last
+        finite bound for the +Inf one); None before any observation."""
+        total = sum(self.counts)
+        if not total:
+            return None
+        rank = q * total
+        running = 0
+        for i, n in enumerate(self.counts):
+            if running + n >= rank and n:
+                if i == len(self.bounds):
+                    return self.bounds[-1]
+                low = self.bounds[i - 1] if i else 0.0
+                return low + (self.bounds[i] - low) * (rank - running) / n
+            running += n
+        return self.bounds[-1]
+
     def collect(self) -> Iterator[HistogramMetricFamily]:
+        return self._family(self.counts, self.total)
+
+    def _family(self, counts: list[int], total: float) -> Iterator[HistogramMetricFamily]:
         cumulative: list[tuple[str, float]] = []
         running = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
+        for bound, n in zip(self.bounds, counts, strict=False):
             running += n
             cumulative.append((repr(bound), running))
-        running += self.counts[-1]
+        running += counts[-1]
         cumulative.append(("+Inf", running))
         yield HistogramMetricFamily(
-            self.name, self.documentation, buckets=cumulative, sum_value=self.total
+            self.name, self.documentation, buckets=cumulative, sum_value=total
         )
+
+
+class ChunkHistograms(ChunkHistogram):
+    """``ChunkHistogram`` kept per model label (the route's, ``Scope.model``)
+    for the operator page's p50/p99 per model, exposed to Prometheus as the
+    one unlabelled histogram it always was (summed at scrape time). The hot
+    path is unchanged: a stream takes its model's histogram once
+    (``of``) and observes into it as before."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        super().__init__(name, documentation, buckets)
+        #: By model label (bounded as the labels are: ``upstream/table.py``).
+        self.models: dict[str, ChunkHistogram] = {}
+
+    def of(self, model: str) -> ChunkHistogram:
+        h = self.models.get(model)
+        if h is None:
+            h = self.models[model] = ChunkHistogram(self.name, self.documentation, self.bounds)
+        return h
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        counts = list(self.counts)
+        total = self.total
+        for h in self.models.values():
+            counts = [a + b for a, b in zip(counts, h.counts, strict=True)]
+            total += h.total
+        return self._family(counts, total)
 
 
 class Metrics:
@@ -161,7 +213,7 @@ class Metrics:
             ["door", "part"],
             registry=r,
         )
-        self.chunk_seconds = ChunkHistogram(
+        self.chunk_seconds = ChunkHistograms(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",
             CHUNK_BUCKETS,

@@ -1,8 +1,10 @@
 """The state of one proxy app: the configuration, the routing table in
 force (``upstream/table.py``) and its probes, reloading it, the HTTP
 client session the upstreams are reached with, the upstream slots, the
-metrics and the counters every endpoint feeds, and the tracer
-(``tracing.py``: None unless traces are on; flushed when the app stops).
+metrics and the counters every endpoint feeds, the tracer
+(``tracing.py``: None unless traces are on; flushed when the app stops),
+and, with ``--ui``, the operator page's last hour (``ui/activity.Activity``,
+fed by ``count_report``).
 
 The endpoints (``routes/``) and the middlewares (``caller/guards.py``)
 reach it as ``request.app[PROXY]``; what one request carries (the table it
@@ -46,6 +48,7 @@ from . import record, tracing
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
 from .reask import AskAgain
+from .ui.activity import Activity
 from .upstream.budget import BudgetPolicy
 from .upstream.diagnose import UNKNOWN, RowCheck, check_row
 from .upstream.engines import probe_upstream
@@ -80,6 +83,8 @@ class Proxy:
         self.table = Table(config)
         self.source = source
         self.metrics = Metrics()
+        #: The operator page's last hour (``--ui``; None: not kept).
+        self.activity: Activity | None = Activity() if config.ui else None
         self.policy = BudgetPolicy(
             output_reservation=config.output_reservation,
             safety_margin=config.safety_margin,
@@ -314,10 +319,13 @@ class Proxy:
         record.upstream_error(up.name, kind)
         tracing.upstream_error(kind)
 
-    def count_report(self, report: Report) -> None:
+    def count_report(self, report: Report, model: str = NO_TENANT) -> None:
+        """One reply's report, for the route labelled ``model``."""
         self.metrics.count_report(report.counts)
         record.report(report)
         tracing.report(report)
+        if self.activity is not None:  # --ui: the page's last hour
+            self.activity.report(model, report.counts, report.unrecognised)
 
     def count(
         self,

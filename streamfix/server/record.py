@@ -34,7 +34,7 @@ its length (the chain never reads it: replay is unchanged).
 
 The file (``FORMAT``, one JSON object, indented)::
 
-    {"format": "streamfix-recording/1", "reasons": ["repair"],
+    {"format": "streamfix-recording/1", "reasons": ["repair"], "tenant": "-",
      "request": {"method", "path", "headers", "body"},
      "attempts": [{"upstream", "status", "content_type", "options",
                    "sent": {keys the proxy added or changed upstream},
@@ -44,6 +44,8 @@ The file (``FORMAT``, one JSON object, indented)::
      "upstream_errors": [[upstream, kind], …],
      "response": {"status", "stream", "text" | "base64"}, "incomplete": false}
 
+``tenant`` is whose key the request came with (``-``: the proxy's own,
+or no keys), for the operator page's filter (``server/ui``).
 Several attempts: the proxy asked again (the earlier replies were
 discarded). A read is stored as text when it is valid UTF-8, else base64.
 
@@ -88,7 +90,7 @@ from ..context import Report
 from ..middleware import Handler
 from .config import RECORD_REASONS, ServerConfig, record_reasons
 from .metrics import Metrics
-from .upstream.table import TABLE
+from .upstream.table import NO_TENANT, TABLE, TENANT
 
 log = logging.getLogger("streamfix.record")
 
@@ -212,6 +214,7 @@ class Take:
         "secrets",
         "size",
         "status",
+        "tenant",
         "wall",
     )
 
@@ -234,6 +237,9 @@ class Take:
         if table is not None:
             self.secrets += table.secrets
         self.wall = time.time()
+        #: Whose key the request came with (the operator page filters by it).
+        owner = request.get(TENANT)
+        self.tenant = owner.name if owner is not None else NO_TENANT
         self.attempts: list[RecordedAttempt] = []
         self.errors: list[tuple[str, str]] = []  # (upstream, kind)
         self.client: list[bytes] = []
@@ -832,6 +838,7 @@ class Recorder:
             "recorded_at": datetime.fromtimestamp(take.wall, UTC).isoformat(),
             "streamfix": __version__,
             "reasons": reasons,
+            "tenant": take.tenant,
             "request": {
                 "method": take.method,
                 "path": take.path,

@@ -561,6 +561,17 @@ def render(result: Probe, out: TextIO) -> None:
     print("", file=out)
     print("| request | mode | the backend did | behind streamfix |", file=out)
     print("|---|---|---|---|", file=out)
+    for title, mode, did, behind in cells(result):
+        print(f"| {title} | {mode} | {_cell(did)} | {_cell(behind)} |", file=out)
+    print("", file=out)
+    print(verdict(result), file=out)
+
+
+def cells(result: Probe) -> list[tuple[str, str, str, str]]:
+    """The table's rows as text: request, mode, what the backend did, what
+    a client behind streamfix gets (the terminal table and the operator
+    page's, ``server/ui``)."""
+    out = []
     for r in result.rows:
         did = "; ".join(r.did) or "fine"
         if not r.answered:
@@ -569,10 +580,8 @@ def render(result: Probe, out: TextIO) -> None:
             behind = "; ".join(r.fixed) if r.fixed else ("nothing to repair" if not r.left else "")
         if r.left and r.answered:
             behind = "; ".join(filter(None, [behind, "still: " + ", ".join(r.left)]))
-        mode = "stream" if r.stream else "json"
-        print(f"| {r.case.title} | {mode} | {_cell(did)} | {_cell(behind)} |", file=out)
-    print("", file=out)
-    print(verdict(result), file=out)
+        out.append((r.case.title, "stream" if r.stream else "json", did, behind))
+    return out
 
 
 def _cell(text: str) -> str:

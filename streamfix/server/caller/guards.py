@@ -24,6 +24,10 @@ KEPT_ERROR_HEADERS = ("Retry-After", "Allow")
 #: Routes open without a key unless ``protect_status`` is set.
 STATUS_PATHS = frozenset({"/healthz", "/metrics"})
 
+#: The operator page (``--ui``) checks keys itself: a browser sends a
+#: session cookie, not a bearer key (``server/ui/auth.py``).
+UI_PREFIX = "/ui"
+
 log = logging.getLogger("streamfix.server")
 
 
@@ -83,7 +87,11 @@ async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
     """With ``--api-key`` or tenants, every route needs one of the keys
     (``Authorization: Bearer`` or Anthropic's ``x-api-key``); /healthz and
     /metrics only with ``protect_status``, and then one of the proxy's own
-    keys: they show every tenant's models and upstreams."""
+    keys: they show every tenant's models and upstreams. The operator
+    page's paths (``--ui``) are left to its own check (``UI_PREFIX``)."""
+    path = request.path
+    if (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")) and request.app[PROXY].cfg.ui:
+        return await handler(request)
     table = request[TABLE]
     status_route = request.path in STATUS_PATHS
     if not table.keys or (status_route and not table.protect_status):

@@ -151,10 +151,10 @@ def _repaired(
     ctx = Context.of(client_body, att.options(ex.options))
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
-    proxy.metrics.chunk_seconds.observe(time.perf_counter() - t0)
+    proxy.metrics.chunk_seconds.of(ex.scope.model).observe(time.perf_counter() - t0)
     if ctx.report.reasoning:
         ex.up.mark_reasoning(ex.model, ctx.report.prompt_opened_reasoning)
-    proxy.count_report(ctx.report)
+    proxy.count_report(ctx.report, ex.scope.model)
     return fixed, ctx.report
 
 
@@ -214,7 +214,7 @@ async def _json_as_stream(
     obj = ex.completion(raw, type_="upstream_error")
     ctx = Context.of(client_body, att.options(ex.options))
     fixed = Chain(ctx).complete(obj)
-    ex.scope.proxy.count_report(ctx.report)
+    ex.scope.proxy.count_report(ctx.report, ex.scope.model)
     await client.prepare(CIMultiDict())
     await client.commit()
     await client.write(completion_to_sse(fixed))
@@ -251,7 +251,7 @@ async def _attempt(
     try:
         ended = await ex.pump(session, client, ready)
     finally:
-        proxy.count_report(session.report)
+        proxy.count_report(session.report, ex.scope.model)
         if session.report.reasoning:
             up.mark_reasoning(ex.model, session.report.prompt_opened_reasoning)
     if session.stopped:

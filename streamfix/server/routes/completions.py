@@ -52,7 +52,7 @@ async def _serve(scope: Scope, body: dict[str, Any], client: ClientStream) -> we
         return client.response
     finally:
         ex.close()
-        scope.proxy.count_report(session.report)
+        scope.proxy.count_report(session.report, scope.model)
 
 
 def _whole(
