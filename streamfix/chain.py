@@ -121,7 +121,11 @@ def build_pipeline(ctx: Context) -> list[Transform]:
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
     if ctx.json is not None:
-        steps.append(JsonOutput(ctx, ctx.json))
+        json_step = JsonOutput(ctx, ctx.json)
+        steps.append(json_step)
+        if cutter is not None:
+            # The JSON value asked for is data, as a call's arguments are.
+            cutter.watch_calls(json_step.holds_value)
     for make in opts.transforms:
         steps.append(make(ctx))
     return steps

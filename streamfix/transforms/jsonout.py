@@ -236,6 +236,7 @@ class JsonOutput:
         "_lane",
         "_lead",
         "_mode",
+        "_opened",
         "_rw",
         "_sent",
         "_sent_chars",
@@ -253,6 +254,7 @@ class JsonOutput:
         self._sent_chars = 0
         self._lane: tuple[str, str] | None = None  # a declined text and its output
         self._called = False  # a tool call was emitted: an answer without JSON
+        self._opened = False  # a ``{`` or ``[`` was taken (``holds_value``)
 
     @property
     def streaming(self) -> bool:
@@ -265,6 +267,16 @@ class JsonOutput:
     def holding(self) -> bool:
         """The reply is held until its end (hold mode, or not decided yet)."""
         return self._mode in (_LEAD, _HOLD)
+
+    def holds_value(self, pending: str) -> bool:
+        """Whether the content seen so far, then ``pending`` (text not fed
+        yet), is inside the JSON value: a ``{`` or ``[`` has come. For the
+        repetition cutter, which runs before us
+        (``RepetitionCutter.watch_calls``): counted repetition in the value
+        is data, as in a call's arguments; in a lead of prose it is a loop.
+        Cautious: text after the value still counts, which only makes a
+        cut later. It changes nothing."""
+        return self._opened or self._mode == _STREAM or "{" in pending or "[" in pending
 
     # -- the text lane ---------------------------------------------------
 
@@ -347,6 +359,8 @@ class JsonOutput:
             return self._stream(text)
         if mode == _OFF:
             return text
+        if not self._opened and ("{" in text or "[" in text):
+            self._opened = True
         self._lead.append(text)
         self._sent_chars += len(text)
         if self._sent_chars > self.ctx.options.max_call_chars:

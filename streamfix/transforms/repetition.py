@@ -44,7 +44,15 @@ different things; a list of numbers says nothing), so the evidence is:
 canonical periodicity (period up to ``COUNTED_MAX_PERIOD``); an arithmetic
 progression at every number position, one of them moving; and a unit that
 is mostly text (``COUNTED_LETTERS_PER_COUNTER``,
-``COUNTED_LETTERS_PER_DIGIT``, ``COUNTED_PROBE``). They are looked for at
+``COUNTED_LETTERS_PER_DIGIT``, ``COUNTED_PROBE``). A copy made of
+several records each counted once (ids 7, 8 in a copy, moving by 2: rows
+whose names come in turn, ``Alice``, ``Bob``, ``Alice``…) with
+``ROTATION_FIELDS`` field boundaries a record (JSON keys, table bars, tabs,
+CSV commas) is an enumeration too (``_rotation``): the copy is the
+shortest canonical period, so its records differ by more than their
+numbers; records whose names all differ have no canonical period at all.
+Prose that turns between sentences while it counts is still a loop. They
+are looked for at
 the long checks (every ``LONG_AT`` characters), so at most max(16 copies,
 1,000 characters) pass before the cut. The canonical form is computed
 only when cheap evidence appears (a digit-free run recurring one and two
@@ -57,7 +65,11 @@ budget a looping ``write_file`` call would burn. Exact loops in arguments
 are cut as in prose. The same holds for content the tool-tag detector
 holds as a call written as text: the detector runs after the cutter, so
 the cutter asks it (``watch_calls``, ``ToolTagDetector.holds_call``);
-the question errs towards "in a call", which only makes the cut later. A
+the question errs towards "in a call", which only makes the cut later.
+The JSON value a ``response_format`` asked for is data the same way:
+the JSON output step, last in the chain, answers the same question
+(``JsonOutput.holds_value``: a ``{`` or ``[`` has come), and content is
+data when either step says so; a lead of prose before the value is not. A
 run is followed from check to check (``_Channel.run_from``), so a check
 that continues it skips the walk back to the loop's start.
 
@@ -460,6 +472,38 @@ def _steps(values: list[int], k: int, n: int) -> list[int] | None:
     return steps
 
 
+#: A field boundary of a record: a JSON key's colon, a table's bar, a tab,
+#: a CSV comma (one that no blank follows: prose writes ``, ``).
+_FIELD: Final = re.compile(r'":|[|\t]|,(?=[^\s,])')
+#: Fields per record that make a copy's items records.
+ROTATION_FIELDS: Final = 2
+
+
+def _rotation(first_copy: list[int], steps: list[int], unit: str) -> bool:
+    """Whether a counted copy (canonical ``unit``, its numbers
+    ``first_copy`` moving by ``steps``) is several records, each counted
+    once: a progression takes ``m >= 2`` values in the copy within one
+    step (ids 7, 8 moving by 2), and the copy has ``ROTATION_FIELDS``
+    field boundaries per record (``_FIELD``). The copy is the shortest
+    canonical period, so its records differ by more than their numbers:
+    an enumeration of rows (``Alice``, ``Bob``, ``Alice``… with their ids),
+    not a loop. Prose that rotates (``Step 5: open the file`` / ``Step 6:
+    save it`` / ``Step 7: open the file``…) is still a loop."""
+    items = 1
+    by_step: dict[int, set[int]] = {}
+    for v, step in zip(first_copy, steps, strict=True):
+        if step:
+            by_step.setdefault(step, set()).add(v)
+    for step, found in by_step.items():
+        vs = sorted(found)  # other counters may move by the same step
+        lo = 0
+        for hi, v in enumerate(vs):
+            while v - vs[lo] >= abs(step):
+                lo += 1
+            items = max(items, hi + 1 - lo)
+    return items > 1 and len(_FIELD.findall(unit)) >= ROTATION_FIELDS * items
+
+
 def _canonical_period(cf: _Canon, e: int) -> tuple[int, int] | None:
     """The shortest canonical period of ``cf`` and where the evidence it
     needs starts (-1: before ``cf``'s text, which is periodic so far)."""
@@ -529,6 +573,8 @@ def find_counted(s: str, t: int, d: int, extend: bool = True) -> tuple[int, int]
         COUNTED_LETTERS_PER_COUNTER * counters, COUNTED_LETTERS_PER_DIGIT * digits
     ):
         return None
+    if _rotation(first_copy, steps, c[n_c - q :]):
+        return None
     if not extend:
         return e - cf.raw(n_c - q), cf.raw(n_c - (n - 1) * q)
     # A loop: where it began, to keep the text before it and one copy.
@@ -590,7 +636,8 @@ class _Channel:
         #: Whether a counted loop found here is in a call's arguments, asked
         #: with the text of this feed (or run) before the loop, which the
         #: detector has not seen yet: ``_always`` for arguments, the detector's
-        #: ``holds_call`` for content, None for prose only (module doc).
+        #: ``holds_call`` and the JSON step's ``holds_value`` for content
+        #: (``watch_calls``), None for prose only (module doc).
         self.in_call = in_call
         #: A counted loop in arguments: the absolute position where it
         #: started and of the last check that found it (-1: none yet).
@@ -731,11 +778,18 @@ class RepetitionCutter:
         self._lane_hit: tuple[str, Hit] | None = None
 
     def watch_calls(self, holds_call: Callable[[str], bool]) -> None:
-        """Content may hold calls written as text: ``holds_call(pending)``
-        (the tool-tag detector's, which runs after us) tells whether the
-        text it has seen, then ``pending``, leaves it inside a call. A
-        counted loop there is in a call's arguments (module doc)."""
-        self._content.in_call = holds_call
+        """Content may hold data: calls written as text (the tool-tag
+        detector's ``holds_call``) or the JSON value a ``response_format``
+        asked for (``JsonOutput.holds_value``). ``holds_call(pending)``, from
+        a step that runs after us, tells whether the text it has seen, then
+        ``pending``, leaves it inside its data; a counted loop there is data
+        as in a call's arguments (module doc). Each step watched adds its
+        own: the text is data when any of them says so."""
+        prev = self._content.in_call
+        if prev is None:
+            self._content.in_call = holds_call
+        else:
+            self._content.in_call = lambda pending: prev(pending) or holds_call(pending)
 
     def feed_text(self, text: str) -> bool:
         """The plain-text lane (``delta.TextLane``): True unless ``text``
