@@ -13,11 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfix.chain import Chain
-from streamfix.context import Context
 from streamfix.session import SSESession
 from streamfix.transforms.jsonsyntax import JsonRewriter
-from tests.support.streamutil import assemble, chunk, sse, text_stream
+from tests.support.streamutil import assemble, chunk, fixed_whole, sse, text_stream
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "json_output_corpus.json").read_text())
 CASES = CORPUS["cases"]
@@ -32,23 +30,6 @@ def request(schema: dict[str, Any] | None, strict: bool = False) -> dict[str, An
         if strict:
             fmt["json_schema"]["strict"] = True
     return {"model": "m", "messages": [], "response_format": fmt}
-
-
-def whole(content: str, req: dict[str, Any], finish: str = "stop") -> tuple[dict[str, Any], Any]:
-    comp = {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish,
-            }
-        ],
-    }
-    ctx = Context.of(req, {})
-    out = Chain(ctx).complete(comp)
-    return out["choices"][0], ctx.report
 
 
 def streamed(pieces: list[str], req: dict[str, Any], finish: str = "stop") -> tuple[Any, Any]:
@@ -66,7 +47,7 @@ def splits(text: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_corpus_whole(case: dict[str, Any]) -> None:
-    choice, report = whole(case["content"], request(case["schema"]), case["finish"])
+    choice, report = fixed_whole(case["content"], request(case["schema"]), case["finish"])
     content = choice["message"]["content"]
     if case.get("invalid"):
         assert report.json_invalid
@@ -83,7 +64,7 @@ def test_corpus_whole(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_corpus_streamed_equals_whole_at_every_split(case: dict[str, Any]) -> None:
     req = request(case["schema"])
-    choice, report = whole(case["content"], req, case["finish"])
+    choice, report = fixed_whole(case["content"], req, case["finish"])
     want = choice["message"]["content"] or ""
     for pieces in splits(case["content"]):
         got, rep = streamed(pieces, req, case["finish"])
@@ -100,7 +81,7 @@ def test_valid_reply_passes_byte_for_byte(neg: dict[str, Any]) -> None:
     number waits whole for the next: ``chain``'s module doc)."""
     content = neg["content"]
     req = request(neg["schema"])
-    choice, report = whole(content, req)
+    choice, report = fixed_whole(content, req)
     assert choice["message"]["content"] == content
     assert not report.counts and report.json_invalid is None
     data = text_stream([content])
@@ -121,11 +102,11 @@ def test_no_response_format_is_never_touched(case: dict[str, Any]) -> None:
     data = text_stream([case["content"]])
     session = SSESession(req)
     assert session.feed(data) + session.close() == data
-    choice, _ = whole(case["content"], req)
+    choice, _ = fixed_whole(case["content"], req)
     assert choice["message"]["content"] == case["content"]
     # a response_format of type text is no JSON request either
     req = {**req, "response_format": {"type": "text"}}
-    choice, _ = whole(case["content"], req)
+    choice, _ = fixed_whole(case["content"], req)
     assert choice["message"]["content"] == case["content"]
 
 
@@ -196,7 +177,7 @@ def test_tool_call_turn_is_not_an_invalid_reply() -> None:
         **request(CASES[0]["schema"]),
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
     }
-    comp_choice, report = whole('<tool_call>{"name": "f", "arguments": {}}</tool_call>', req)
+    comp_choice, report = fixed_whole('<tool_call>{"name": "f", "arguments": {}}</tool_call>', req)
     assert comp_choice["message"]["tool_calls"]
     assert report.json_invalid is None
 

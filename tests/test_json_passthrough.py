@@ -18,12 +18,11 @@ from hypothesis import strategies as st
 
 import streamfix
 from streamfix import chain as chain_mod
-from streamfix.chain import Chain
-from streamfix.context import Context
 from streamfix.session import SSESession
 from tests.support.streamutil import (
     assemble,
     chunk,
+    fixed_whole,
     split_at,
     split_sizes,
     sse,
@@ -40,22 +39,6 @@ def request(strict: bool = False, schema: dict[str, Any] | None = None) -> dict[
         "messages": [],
         "response_format": {"type": "json_schema", "json_schema": js},
     }
-
-
-def whole_content(content: str, req: dict[str, Any]) -> tuple[str | None, Any]:
-    comp = {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-    }
-    out = Chain(Context.of(req, {})).complete(comp)["choices"][0]
-    return out["message"]["content"], out.get("streamfix")
 
 
 def through(data: bytes, req: dict[str, Any], reads: list[int] | None = None) -> bytes:
@@ -148,7 +131,8 @@ def test_repaired_reply_equals_its_whole_text_result_at_any_split(
     text: str, sizes: list[int], reads: list[int]
 ) -> None:
     req = request()
-    want, note = whole_content(text, req)
+    choice, _ = fixed_whole(text, req)
+    want, note = choice["message"]["content"], choice.get("streamfix")
     got = assemble(through(text_stream(split_sizes(text, sizes)), req, reads))
     assert got.content == (want or "")
     assert got.ext == note
@@ -158,7 +142,8 @@ def test_repaired_reply_equals_its_whole_text_result_at_any_split(
 def test_repaired_reply_at_every_split_in_two_and_by_character() -> None:
     req = request()
     for text in _BROKEN:
-        want, note = whole_content(text, req)
+        choice, _ = fixed_whole(text, req)
+        want, note = choice["message"]["content"], choice.get("streamfix")
         cuts = [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]
         for pieces in cuts:
             got = assemble(through(text_stream(pieces), req))

@@ -32,12 +32,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from streamfix.chain import Chain
-from streamfix.context import Context
 from streamfix.tools.local import AppThread
 from tests.e2e.common import post_json, post_stream
 from tests.e2e.relay import RecordingRelay
-from tests.support.streamutil import assemble
+from tests.support.streamutil import assemble, fixed_whole
 
 pytestmark = pytest.mark.e2e
 
@@ -129,19 +127,7 @@ def ignoring_proxy(relay_url: str) -> Iterator[AppThread]:
 
 def _whole(content: str, fmt: dict[str, Any], finish: str) -> dict[str, Any]:
     """The chain's result for the server's reply, as one whole message."""
-    comp = {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish,
-            }
-        ],
-    }
-    choice: dict[str, Any] = Chain(Context.of(body(fmt), {})).complete(comp)["choices"][0]
-    return choice
+    return fixed_whole(content, body(fmt), finish)[0]
 
 
 def _check(content: str, note: dict[str, Any] | None, raw: str) -> None:

@@ -257,3 +257,26 @@ def stream_of(*pieces: list[dict[str, Any]], finish: str = "tool_calls") -> byte
     return sse(
         [chunk(role="assistant")] + [chunk(tool_calls=p) for p in pieces] + [chunk(finish=finish)]
     )
+
+
+def fixed_whole(
+    content: str, request: dict[str, Any], finish: str = "stop"
+) -> tuple[dict[str, Any], Any]:
+    """The chain's non-streamed result for a reply of ``content``: the
+    choice it returns, and the request's report."""
+    from streamfix.chain import Chain
+    from streamfix.context import Context
+
+    comp = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+    }
+    ctx = Context.of(request, {})
+    return Chain(ctx).complete(comp)["choices"][0], ctx.report
