@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import random
 import statistics
+from typing import Any
 
 import aiohttp
 import orjson
@@ -68,17 +69,21 @@ def scripted_model(p_many: float, p_one: float, seed: int, seen: list[int]) -> w
             content += "</tool_call>"
         else:
             content = PROSE
-        msg = {"role": "assistant", "content": content}
-        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                 "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}  # fmt: skip
-        return web.json_response(reply)
+        return web.json_response(completion({"role": "assistant", "content": content}))
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+def completion(msg: dict[str, Any]) -> dict[str, Any]:
+    """A scripted model's non-streamed reply carrying ``msg``."""
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}  # fmt: skip
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` on a free loopback port: its runner and its ``/v1`` URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = free_port()
@@ -91,9 +96,9 @@ async def one_round(
 ) -> tuple[float, float]:
     """Calls per 100 turns, and upstream requests per turn."""
     seen: list[int] = []
-    up_runner, up_url = await _serve(scripted_model(p_many, p_one, seed, seen))
+    up_runner, up_url = await serve(scripted_model(p_many, p_one, seed, seen))
     cfg = ServerConfig(upstreams=[parse_upstream(up_url)], required=required, probe_interval=0)
-    px_runner, px_url = await _serve(create_app(cfg))
+    px_runner, px_url = await serve(create_app(cfg))
     calls = 0
     body = {"model": "m", "messages": [{"role": "user", "content": "How do I reset my password?"}],
             "tools": TOOLS, "tool_choice": NAMED}  # fmt: skip

@@ -48,7 +48,8 @@ from aiohttp import web
 from streamfix import narrow
 from streamfix.server.app import create_app
 from streamfix.server.config import ServerConfig, parse_upstream
-from streamfix.tools.local import free_port
+
+from .named_tool import completion, serve
 
 #: The ``bfcl-eval`` release whose data is read (``.ci/run`` installs it).
 BFCL_VERSION = "2026.3.23"
@@ -203,21 +204,11 @@ def chat_model(seed: int, seen: list[int], gold: dict[str, str]) -> web.Applicat
             call = {"id": "call_1", "type": "function",
                     "function": {"name": want, "arguments": "{}"}}  # fmt: skip
             msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                 "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}  # fmt: skip
-        return web.json_response(reply)
+        return web.json_response(completion(msg))
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
-
-
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}/v1"
 
 
 def _user_text(q: Question) -> str:
@@ -234,9 +225,7 @@ async def embedded(questions: list[Question], size: int, seed: int = 0) -> Retri
         body = await request.json()
         shown.append(narrow.tool_names(body.get("tools") or []))
         msg = {"role": "assistant", "content": "ok"}
-        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                 "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}  # fmt: skip
-        return web.json_response(reply)
+        return web.json_response(completion(msg))
 
     chat_app = web.Application()
     chat_app.router.add_post("/v1/chat/completions", chat)
@@ -244,8 +233,8 @@ async def embedded(questions: list[Question], size: int, seed: int = 0) -> Retri
     runners = []
     r = Retrieval()
     try:
-        chat_runner, chat_url = await _serve(chat_app)
-        emb_runner, emb_url = await _serve(embedding_model(count))
+        chat_runner, chat_url = await serve(chat_app)
+        emb_runner, emb_url = await serve(embedding_model(count))
         runners += [chat_runner, emb_runner]
         cfg = ServerConfig(
             upstreams=[
@@ -257,7 +246,7 @@ async def embedded(questions: list[Question], size: int, seed: int = 0) -> Retri
             probe_interval=0,
             max_reasks=0,
         )
-        px_runner, px_url = await _serve(create_app(cfg))
+        px_runner, px_url = await serve(create_app(cfg))
         runners.append(px_runner)
         async with aiohttp.ClientSession() as s:
             for q, tools in pooled(questions, size, seed):
@@ -287,13 +276,13 @@ async def end_to_end(
     picked = random.Random(seed).sample(picked, min(turns, len(picked)))
     gold = {_user_text(q): next(iter(q.gold)) for q, _ in picked}
     seen: list[int] = []
-    up_runner, up_url = await _serve(chat_model(seed, seen, gold))
+    up_runner, up_url = await serve(chat_model(seed, seen, gold))
     cfg = ServerConfig(
         upstreams=[parse_upstream(up_url)],
         narrow_tools="auto" if on else "off",
         probe_interval=0,
     )
-    px_runner, px_url = await _serve(create_app(cfg))
+    px_runner, px_url = await serve(create_app(cfg))
     right, times = 0, []
     try:
         async with aiohttp.ClientSession() as s:
