@@ -158,6 +158,30 @@ async def test_a_backend_that_needs_streamfix() -> None:
     assert "this backend needs it" in text
 
 
+async def test_a_backend_that_refuses_json_schema() -> None:
+    """llama-cpp-python's server answers a ``json_schema`` format with a
+    500 naming ``response_format``: the row says so, and asks as the
+    proxy would (``json_object``, the schema stated to the model)."""
+    sent: list[dict[str, Any]] = []
+
+    def json_mode_only(rec: Received) -> Reply:
+        sent.append(rec.body)
+        if (rec.body.get("response_format") or {}).get("type") == "json_schema":
+            err = {"error": {"message": "validation error: ('body', 'response_format', 'type')"}}
+            return Reply.json(err, status=500)
+        return good_backend(rec)
+
+    async with FakeUpstream(handler=json_mode_only, routes=VLLM_MODELS) as up:
+        result = await probe(up.url)
+    for stream in (True, False):
+        row = rows_by(result)[("json", stream)]
+        assert row.status == 200
+        assert row.did == ["refuses json_schema"] and row.fixed == ["sent as json_object"]
+    asked = [b for b in sent if b.get("response_format")]
+    assert [b["response_format"]["type"] for b in asked] == ["json_schema", "json_object"] * 2
+    assert "JSON Schema" in asked[1]["messages"][0]["content"]
+
+
 async def test_a_backend_that_needs_nothing() -> None:
     async with FakeUpstream(handler=good_backend, routes=VLLM_MODELS) as up:
         result = await probe(up.url, model="tiny")

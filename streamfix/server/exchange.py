@@ -49,12 +49,12 @@ from . import record
 from .caller.replies import is_error_object, json_error, read_reply, relay_error
 from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
 from .proxy import Proxy
-from .reask import count_trim
+from .reask import count_trim, json_object_instead
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
 from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
 from .upstream.diagnose import in_words, missing_v1, short_body
-from .upstream.engines import engine_fields
+from .upstream.engines import asks_json_schema, engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
     ReadWatch,
@@ -162,6 +162,8 @@ def budgeted(
     extra = engine_fields(body, up.info)
     if extra:
         body = {**body, **extra}
+    if up.refuses_json_schema(model) and asks_json_schema(body):
+        body = json_object_instead(body)
     sent["body"] = body
     sent["clamp"] = clamp
     return orjson.dumps(body)

@@ -48,7 +48,12 @@ from ..wire import Door
 from . import tracing
 from .metrics import Metrics
 from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt
-from .upstream.engines import prompt_tokens_from_error, window_from_error
+from .upstream.engines import (
+    asks_json_schema,
+    prompt_tokens_from_error,
+    refuses_json_schema,
+    window_from_error,
+)
 from .upstream.pool import Upstream
 
 log = logging.getLogger("streamfix.server")
@@ -231,6 +236,29 @@ def with_instruction(body: dict[str, Any], text: str) -> dict[str, Any]:
     return out
 
 
+#: The schema stated to a model whose server refused ``json_schema``.
+SCHEMA_INSTRUCTION = "Reply with one JSON value that matches this JSON Schema: {schema}"
+#: Longest schema quoted to the model when ``json_schema`` goes as
+#: ``json_object`` (a longer one is left out of the instruction).
+MAX_SCHEMA_QUOTED = 4000
+
+
+def json_object_instead(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with its ``json_schema`` format sent as ``json_object`` (the
+    JSON mode nearly every server has), the schema stated to the model in
+    the system message instead, for an upstream that refused the format
+    (``Learned.json_schema_refused``). The reply is still held to the
+    schema by the chain (``transforms/jsonout.py``): it reads the client's
+    request, not this body."""
+    fmt = body["response_format"]
+    spec = fmt.get("json_schema")
+    schema = orjson.dumps(spec.get("schema", {}) if isinstance(spec, dict) else {}).decode()
+    out = {**body, "response_format": {"type": "json_object"}}
+    if len(schema) > MAX_SCHEMA_QUOTED or not out.get("messages"):
+        return out
+    return with_instruction(out, SCHEMA_INSTRUCTION.format(schema=schema))
+
+
 def raise_allowance(
     body: dict[str, Any], sent: dict[str, Any] | None, reservation: int
 ) -> dict[str, Any]:
@@ -319,6 +347,22 @@ class AskAgain:
                     att.body, sent.get("body"), self.policy.output_reservation
                 )
             att.body = with_instruction(att.body, JSON_INSTRUCTION.format(error=error))
+
+    def format_refused(self, up: Upstream, att: Attempt, status: int, error: bytes) -> bool:
+        """An upstream's refusal of ``response_format: json_schema``
+        (``engines.refuses_json_schema``): learned for the model on that
+        row, so this and later requests go as ``json_object``
+        (``exchange.budgeted``), and asked again once. The model never ran,
+        so it is no re-ask of the model: ``max_reasks`` is not spent."""
+        if "format" in att.done or not asks_json_schema(att.body):
+            return False
+        if not refuses_json_schema(status, error):
+            return False
+        up.learn(up.served(att.body.get("model"))).json_schema_refused = True
+        att.done.add("format")
+        self.metrics.reasks.labels("format").inc()
+        tracing.reasked("format")
+        return True
 
     def context_exceeded(self, up: Upstream, att: Attempt, error: bytes) -> bool:
         """An upstream's ``context_length_exceeded`` error (``error``: the

@@ -41,9 +41,15 @@ import orjson
 from ..chain import Chain
 from ..context import Context, Report
 from ..errors import PluginError, UpstreamProtocolError
+from ..server.reask import json_object_instead
 from ..server.upstream.budget import BudgetPolicy, clamp_request
 from ..server.upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
-from ..server.upstream.engines import probe_upstream, window_from_error
+from ..server.upstream.engines import (
+    asks_json_schema,
+    probe_upstream,
+    refuses_json_schema,
+    window_from_error,
+)
 from ..session import SSESession
 from ..sse import DONE, SSEDecoder
 from .replay import seen_of_completion
@@ -386,6 +392,12 @@ async def run_case(
     began = time.perf_counter()
     try:
         row.status, reads = await _post(http, url, body, headers)
+        refused = row.status != 200 and asks_json_schema(body)
+        if refused and refuses_json_schema(row.status, b"".join(reads)):
+            # what the proxy does (``AskAgain.format_refused``)
+            row.did.append("refuses json_schema")
+            row.fixed.append("sent as json_object")
+            row.status, reads = await _post(http, url, json_object_instead(body), headers)
     except (TimeoutError, aiohttp.ClientError) as exc:
         row.error = in_words(exc)
         if isinstance(exc, TimeoutError):

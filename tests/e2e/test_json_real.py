@@ -34,6 +34,7 @@ from aiohttp import web
 
 from streamfix.tools.local import AppThread
 from tests.e2e.common import post_json, post_stream
+from tests.e2e.conftest import ProxyFactory
 from tests.e2e.relay import RecordingRelay
 from tests.support.streamutil import assemble, fixed_whole
 
@@ -185,3 +186,31 @@ def test_shim_is_needed_the_server_honours_json_object(http: httpx.Client, relay
     status, obj = post_json(http, relay_url, body(JSON_OBJECT))
     assert status == 200
     assert isinstance(orjson.loads(obj["choices"][0]["message"]["content"]), dict)
+
+
+def test_json_schema_to_a_server_that_refuses_it(
+    http: httpx.Client, make_proxy: ProxyFactory, relay_url: str, relay: RecordingRelay
+) -> None:
+    """Asked directly, this server refuses ``json_schema`` (HTTP 500: its
+    request model takes ``text`` and ``json_object`` only), so the OpenAI
+    SDK's ``.parse()`` fails against it. Through the proxy the refusal is
+    learned and the request goes as ``json_object`` with the schema
+    stated to the model: a reply that parses (held to the schema: one that
+    misses it is asked again, then carries the note), and the next
+    request goes as ``json_object`` at once."""
+    status, _ = post_json(http, relay_url, body(JSON_SCHEMA))
+    assert status == 500
+    proxy = make_proxy()  # its own: what it learns stays in this test
+    mark = relay.mark()
+    for _ in range(2):
+        status, obj = post_json(http, proxy.base_url, body(JSON_SCHEMA))
+        assert status == 200, obj
+        choice = obj["choices"][0]
+        # JSON (the server's grammar sees to that); a 135M model may still
+        # miss the schema (it has echoed the schema itself): then the note
+        orjson.loads(choice["message"]["content"])
+        note = choice.get("streamfix")
+        assert note is None or note["json"] == "invalid", note
+    sent = [e.body["response_format"]["type"] for e in relay.chats_since(mark)]
+    assert sent[0] == "json_schema" and set(sent[1:]) == {"json_object"}, sent
+    assert sent.count("json_schema") == 1

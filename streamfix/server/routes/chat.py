@@ -112,17 +112,41 @@ async def serve_chat(
         return await scope.answer(_stream(scope, body, att, client), client)
 
 
+async def _open(scope: Scope, att: Attempt) -> Exchange | None:
+    """The attempt's upstream exchange (its narrowing noted in the
+    recording); None when every row failed because the server refused the
+    request's ``json_schema`` format (a 500 from llama-cpp-python's
+    server): learned, and to be asked again as ``json_object``
+    (``AskAgain.format_refused``)."""
+    try:
+        ex = await Exchange.open(scope, PATH, att.body, budget=True)
+    except UpstreamFailure as f:
+        up, error = f.upstream, f.body
+        if (
+            up is None
+            or error is None
+            or not scope.proxy.ask.format_refused(up, att, f.status, error)
+        ):
+            raise
+        return None
+    if att.narrowing:
+        assert att.narrowed is not None
+        record.narrowed(att.narrowed.note())
+    return ex
+
+
 async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web.StreamResponse:
     """A non-streamed request's attempts, until one is the reply."""
     proxy = scope.proxy
     while True:
-        ex = await Exchange.open(scope, PATH, att.body, budget=True)
-        if att.narrowing:
-            assert att.narrowed is not None
-            record.narrowed(att.narrowed.note())
+        ex = await _open(scope, att)
+        if ex is None:
+            continue
         raw = await ex.whole()
         if not ex.ok:
             if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
+                continue
+            if proxy.ask.format_refused(ex.up, att, ex.resp.status, raw):
                 continue
             return ex.relayed(raw)
         obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
@@ -164,14 +188,15 @@ async def _stream(
     """A streamed request's attempts, until one is the reply."""
     proxy = scope.proxy
     while True:
-        ex = await Exchange.open(scope, PATH, att.body, budget=True)
-        if att.narrowing:
-            assert att.narrowed is not None
-            record.narrowed(att.narrowed.note())
+        ex = await _open(scope, att)
+        if ex is None:
+            continue
         try:
             if not ex.ok:
                 raw = await ex.error_body()
                 if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
+                    continue
+                if proxy.ask.format_refused(ex.up, att, ex.resp.status, raw):
                     continue
                 if not client.prepared:
                     return ex.relayed(raw)

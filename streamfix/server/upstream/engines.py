@@ -416,6 +416,19 @@ def window_from_error(body: bytes | str | dict[str, Any]) -> int | None:
 _KEEPS_MARKERS_ON_REQUEST = frozenset({"vllm", "sglang"})
 
 
+def asks_json_schema(body: dict[str, Any]) -> bool:
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+
+
+def refuses_json_schema(status: int, error: bytes) -> bool:
+    """An upstream's error for a ``json_schema`` request that names
+    ``response_format``: the server does not take that format
+    (llama-cpp-python's answers 500 with a validation error; others 400 or
+    422). Not an overflow or a server fault."""
+    return status in (400, 422, 500) and b"response_format" in error
+
+
 def engine_fields(body: dict[str, Any], info: UpstreamInfo) -> dict[str, Any]:
     """The engine-specific fields to add to ``body`` before it goes upstream.
 

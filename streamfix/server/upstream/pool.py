@@ -127,6 +127,11 @@ class Learned:
     #: It closed reasoning it never opened: its chat template opens the
     #: reasoning in the prompt (a reply cut before any close is reasoning).
     prompt_opens: bool = False
+    #: Its server refused ``response_format: json_schema`` (an error status
+    #: naming the field: llama-cpp-python's server takes only ``text`` and
+    #: ``json_object``): such requests go as ``json_object``
+    #: (``engines.json_object_instead``).
+    json_schema_refused: bool = False
 
 
 class Upstream:
@@ -218,6 +223,11 @@ class Upstream:
             while len(self.learned) > MAX_LEARNED_MODELS:
                 self.learned.popitem(last=False)
         return facts
+
+    def refuses_json_schema(self, model: str) -> bool:
+        """``model``'s server on this row refused a ``json_schema`` format."""
+        facts = self.facts(model)
+        return facts is not None and facts.json_schema_refused
 
     def window_for(self, model: str) -> int | None:
         """The window a request for ``model`` is budgeted with: configured,
