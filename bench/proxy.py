@@ -42,7 +42,9 @@ untraced, and the spans' exports the receiver got.
 ``--ui``: streamfix runs with the operator page on (``--ui``, which needs
 a key: every client sends one, on every path) and an operator watching it:
 ``/ui`` and ``/ui/unrecognised`` fetched once a second through the run.
-Compare with the same run without ``--ui``.
+Compare with the same run without ``--ui``. With ``--traces`` too, the
+traced streamfix has the page (and is the one watched) and the other has
+neither: the traces figures are then both on against both off.
 
 Both are measured in ``--rounds`` rounds (15) that take the paths in turn,
 so a slow moment of the machine falls on all of them; medians are reported.
@@ -758,11 +760,15 @@ def main() -> int:
     up_url = f"http://127.0.0.1:{ports['upstream']}/v1"
     me = [sys.executable, str(Path(__file__).resolve())]
 
-    def streamfix_cmd(port: int) -> list[str]:
+    # --ui with --traces: the traced streamfix has the page too, the other
+    # neither (both on against both off, in the same rounds)
+    both = args.ui and args.traces
+
+    def streamfix_cmd(port: int, ui: bool = True) -> list[str]:
         return [
             *(sys.executable, "-m", "streamfix", "serve", "--upstream", up_url),
             *("--port", str(port), "--log-level", "error", "--probe-interval", "0"),
-            *ui_flags,
+            *(ui_flags if ui else []),
         ]
 
     procs = [
@@ -790,7 +796,7 @@ def main() -> int:
             ],
             env=env,
         ),
-        subprocess.Popen(streamfix_cmd(ports["streamfix"]), env=env),
+        subprocess.Popen(streamfix_cmd(ports["streamfix"], ui=not both), env=env),
     ]
     paths = {
         "direct": up_url,
@@ -818,7 +824,7 @@ def main() -> int:
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
         if args.traces:
             pids["traced"] = procs[3].pid
-        root = f"http://127.0.0.1:{ports['streamfix']}"
+        root = paths["traced" if both else "streamfix"].removesuffix("/v1")
         watch = asyncio.create_task(_watch_ui(root)) if args.ui else None
         res = await asyncio.wait_for(_measure(paths, args, pids), 600)
         if watch is not None:
