@@ -168,13 +168,19 @@ def turn_text(messages: Sequence[Any]) -> str:
     """The turn a tool is chosen for: the last user message, and the last
     tool result when the conversation ends with one."""
     parts: list[str] = []
-    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+    if follows_result(messages):
         parts.append(_text_of(messages[-1].get("content"))[:MAX_TURN_CHARS])
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "user":
             parts.insert(0, _text_of(m.get("content"))[:MAX_TURN_CHARS])
             break
     return "\n".join(parts)
+
+
+def follows_result(messages: Sequence[Any]) -> bool:
+    """The conversation ends with a tool's result: the model may well
+    answer from it in prose, which ends an agent's loop."""
+    return bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
 
 
 def called_before(messages: Sequence[Any]) -> set[str]:
@@ -254,6 +260,9 @@ class Decision:
     outcome: str = "narrowed"
     #: The kept tools' relative scores (for a recording), by name.
     scores: dict[str, float] = field(default_factory=dict)
+    #: The turn follows a tool's result (``follows_result``): an answer in
+    #: prose is then the loop's end, not a missed call (``reask.AskAgain``).
+    after_result: bool = False
 
     @property
     def narrowed(self) -> bool:

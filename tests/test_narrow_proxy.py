@@ -237,6 +237,49 @@ async def test_tools_called_earlier_stay_offered() -> None:
     assert "order_pizza" in kept and "get_weather" in kept and len(kept) == narrow.KEEP + 1
 
 
+def after_weather_result() -> list[dict[str, Any]]:
+    """A weather turn whose call has been answered: the model's next reply
+    may well be the answer, in prose."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    return [
+        {"role": "user", "content": WEATHER},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Paris: 21 C, sunny, light wind"},
+    ]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_in_prose_after_a_tool_result_is_not_asked_again(stream: bool) -> None:
+    """After a tool's result an answer in prose is how the loop ends: the
+    turn is still narrowed, but its prose is the reply (one request, not
+    held), counted ``no_call``."""
+    async with (
+        FakeUpstream(handler=lambda rec: reply(rec, "It is sunny in Paris.")) as up,
+        AppServer(proxy_app(up.url, narrow_tools="auto")) as px,
+    ):
+        data = await post(px, {**turn(stream=stream), "messages": after_weather_result()})
+        counts = await metrics(px)
+    (sent,) = up.chat_requests
+    assert len(shown(sent)) < len(TOOLS)  # narrowed
+    content = (
+        assemble(data).content if stream else orjson.loads(data)["choices"][0]["message"]["content"]
+    )
+    assert content == "It is sunny in Paris."
+    assert 'streamfix_narrowed_total{outcome="no_call"} 1.0' in counts
+    assert "streamfix_reasks_total" not in counts or 'reason="narrowed"' not in counts
+
+
+async def test_required_after_a_tool_result_is_asked_again_with_every_tool() -> None:
+    async with (
+        FakeUpstream(handler=lambda rec: reply(rec, "It is sunny in Paris.")) as up,
+        AppServer(proxy_app(up.url, narrow_tools="auto")) as px,
+    ):
+        body = {**turn(tool_choice="required"), "messages": after_weather_result()}
+        await post(px, body)
+    first, second = up.chat_requests[:2]
+    assert len(shown(first)) < len(TOOLS) and len(shown(second)) == len(TOOLS)
+
+
 # -- where it is switched on ---------------------------------------------------
 
 

@@ -72,6 +72,7 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     if scores is None:
         names, scores = narrow.rank_lexical(tools, turn, scope.proxy.tool_sets)
     d = narrow.decide(names, scores, narrow.called_before(messages))
+    d.after_result = narrow.follows_result(messages)
     if not d.narrowed:
         metrics.narrowed.labels(d.outcome).inc()
     return _traced(scope, d)

@@ -30,7 +30,9 @@ needs, with an instruction made from their descriptions
 knows every tool the client offered, so a call to one not shown is
 accepted. A reply without a call is asked once more with every tool
 (reason ``narrowed``): never worse than not narrowing, at the cost of a
-second request.
+second request. Not after a tool's result (``Decision.after_result``),
+unless ``required``: there an answer in prose is how an agent's loop
+ends, and asking again would double the cost of every final answer.
 """
 
 from __future__ import annotations
@@ -137,8 +139,20 @@ class Attempt:
     @property
     def wants_call(self) -> bool:
         """The reply is held until a call (``required`` under ``--required
-        soft``, a named tool, or narrowed tools)."""
-        return self.soft or self.narrowing
+        soft``, a named tool, or narrowed tools on a turn that does not
+        follow a tool's result)."""
+        return self.soft or self.narrowing_wants_call
+
+    @property
+    def narrowing_wants_call(self) -> bool:
+        """Narrowed, and a reply without a call is asked again with every
+        tool: not after a tool's result, where an answer in prose ends the
+        agent's loop (asking again would double the cost of every final
+        answer), unless ``required``."""
+        if not self.narrowing:
+            return False
+        assert self.narrowed is not None
+        return self.soft or not self.narrowed.after_result
 
     def options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The chain's ``options`` for this attempt: a narrowed one notes
@@ -298,7 +312,7 @@ class AskAgain:
             return "truncated_call"
         if report.empty_after_repair and "empty" not in att.done:
             return "empty"
-        if att.narrowing and calls == 0:
+        if att.narrowing_wants_call and calls == 0:
             return "narrowed"
         if att.soft and calls == 0 and "required" not in att.done:
             return "required"
