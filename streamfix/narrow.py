@@ -15,8 +15,18 @@ by ``server/reask.narrow_to_tools``.
 - **The tools' text** (``tool_text``): the name split into words (snake,
   camel, kebab, dotted), the description, each parameter's name (split)
   and description, nested ones too, bounded.
+- **The query** (``query_terms``): the turn's words, with a URL read as
+  ``url`` and a path as ``file`` and its last part (``tmp``, ``work``,
+  ``src`` say nothing of the tool); the user's verbs add, at half weight,
+  the words coding agents' tools are named by (``EXPANSIONS``: create →
+  write, file, shell; fix → edit, patch; run, test, install → bash,
+  shell, command; …; verbs common in other APIs, find, show, look, are
+  left out: they cost BFCL recall); the words only a tool's result says
+  weigh half and are not expanded.
 - **Lexical ranking** (``Bm25``): Okapi BM25 over those texts (k1 1.2,
-  b 0.75, the usual values), words lower-cased and cut to a crude stem.
+  b 0.75, the usual values), words lower-cased and cut to a crude stem,
+  plus the name as a field of its own (``NAME_WEIGHT``: a query word in
+  the name adds its idf once more).
   Written here, about fifty lines: the libraries that fit (``rank-bm25``,
   ``bm25s``) bring numpy or scipy into the core for sums over a few
   hundred short documents per request, and ``rank-bm25`` has had no
@@ -34,7 +44,11 @@ by ``server/reask.narrow_to_tools``.
 
 The defaults were chosen on BFCL's ``live_multiple`` questions pooled with
 distractors (``bench/narrow.py``: recall of the needed tool among those
-kept, and how often narrowing declines, at 20, 50 and 100 tools).
+kept, and how often narrowing declines, at 20, 50 and 100 tools), and on
+Claude Code's and Codex CLI's own tools with a coding agent's turns
+(``tests/test_narrow_agents.py``): BFCL alone ranked "Create the file …"
+to Bash and ScheduleWakeup over Write, and to view_image and create_goal
+without exec_command.
 
 ``NarrowNote`` is a chain step (``docs/extending.md``) the proxy adds to a
 narrowed attempt: it puts ``{"narrowed": {"kept": [...], "of": N}}`` in
@@ -63,6 +77,12 @@ THRESHOLD = 8
 KEEP = 5
 #: A tool is as good as the best when its relative score reaches this.
 RATIO = 0.6
+
+#: A query word in a tool's name adds this times its idf (the name as a
+#: field of its own, BM25F-like, on top of its two copies in the text):
+#: an agent's ``Edit``, ``Write`` or ``exec_command`` says in one word
+#: what its long description buries among many.
+NAME_WEIGHT = 1.0
 
 #: BM25's usual constants.
 K1 = 1.2
@@ -177,6 +197,15 @@ def turn_text(messages: Sequence[Any]) -> str:
     return "\n".join(parts)
 
 
+def asked_text(messages: Sequence[Any]) -> str:
+    """The last user message's text (agents' blocks out): what the user
+    asked, without the tool result a turn may follow."""
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            return _text_of(m.get("content"))[:MAX_TURN_CHARS]
+    return ""
+
+
 def follows_result(messages: Sequence[Any]) -> bool:
     """The conversation ends with a tool's result: the model may well
     answer from it in prose, which ends an agent's loop."""
@@ -196,13 +225,107 @@ def called_before(messages: Sequence[Any]) -> set[str]:
     return names
 
 
+#: A coding agent's turn names an action ("create the file", "run the
+#: tests") in words its tools' descriptions rarely use ("Writes a file",
+#: "Executes a bash command", "Runs a command in a PTY"): each of these
+#: verbs adds the words such tools are named and described by, at
+#: ``EXPANSION_WEIGHT``. Every file action is one a shell can do (Codex
+#: CLI offers no other tool for it), so those add ``shell`` too.
+EXPANSIONS: dict[str, str] = {
+    # make a file
+    "create": "write file shell",
+    "make": "write file shell",
+    "write": "write file shell",
+    "save": "write file shell",
+    "script": "write file shell command",
+    # change one
+    "change": "edit replace patch shell",
+    "modify": "edit replace patch shell",
+    "fix": "edit replace patch shell",
+    "rename": "edit replace patch shell",
+    "replace": "edit patch",
+    "refactor": "edit replace patch shell",
+    "add": "edit write file",
+    "docstring": "edit",
+    # look at one
+    "open": "read view file",
+    "view": "read file",
+    "contents": "read file shell",
+    "print": "read file",
+    "screenshot": "view image",
+    # search
+    "search": "grep glob shell",
+    "grep": "search",
+    "where": "search grep shell",
+    "list": "ls glob",
+    # run something
+    "run": "bash shell command exec execute",
+    "execute": "bash shell command exec",
+    "test": "bash shell command",
+    "tests": "bash shell command",
+    "install": "bash shell command",
+    "build": "bash shell command",
+    "compile": "bash shell command",
+    "commit": "bash shell command git",
+    "git": "bash shell command",
+    "npm": "bash shell command",
+    "pytest": "bash shell command",
+    "cargo": "bash shell command",
+    "delete": "remove bash shell command",
+    "remove": "delete bash shell command",
+    # the web
+    "download": "fetch url web",
+    "url": "fetch web shell",
+}
+_EXPAND = {_stem(k): tuple({*words(v)}) for k, v in EXPANSIONS.items()}
+#: The weight of a word a verb added, against one the user's message says.
+EXPANSION_WEIGHT = 0.5
+#: The weight of a word only the tool's result says: the user's request
+#: still says what the loop is for; a result's code and logs say much.
+RESULT_WEIGHT = 0.5
+
+#: A URL, and a path of two parts or more: their parts (``tmp``, ``work``,
+#: ``src``) are not the turn's request, and outweigh it in a short turn.
+_URL = re.compile(r"\bhttps?://\S+")
+_PATH = re.compile(r"(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|\b[\w.@+-]+(?:/[\w.@+-]+)+/?")
+
+
+def _plain(text: str) -> list[str]:
+    text = _URL.sub(" url ", text)
+    return words(
+        _PATH.sub(lambda m: " file " + m.group(0).rstrip("/").rsplit("/", 1)[-1] + " ", text)
+    )
+
+
+def query_terms(turn: str, asked: str | None = None) -> dict[str, float]:
+    """The lexical ranker's query for ``turn``: its words at weight 1 (a
+    URL as ``url``, a path as ``file`` and its last part), and the words
+    the verbs of ``asked`` (the user's message; default the whole turn)
+    add (``EXPANSIONS``) at ``EXPANSION_WEIGHT``. The words of the turn
+    that ``asked`` does not say (a tool's result) weigh ``RESULT_WEIGHT``
+    and are not expanded (numbers are left out): a result's code and
+    logs say ``run`` and ``open`` about other things."""
+    said = _plain(turn) if asked is None else _plain(asked)
+    terms = dict.fromkeys(said, 1.0)
+    for w in said:
+        for x in _EXPAND.get(w, ()):
+            terms.setdefault(x, EXPANSION_WEIGHT)
+    if asked is not None:
+        for w in _plain(turn):
+            if not w.isdigit():  # line numbers, sizes, counts
+                terms.setdefault(w, RESULT_WEIGHT)
+    return terms
+
+
 class Bm25:
     """Okapi BM25 over a set of documents (the tools' texts)."""
 
-    __slots__ = ("avg", "docs", "idf", "lengths")
+    __slots__ = ("avg", "docs", "idf", "lengths", "names")
 
-    def __init__(self, texts: Iterable[str]) -> None:
+    def __init__(self, texts: Iterable[str], names: Iterable[str] = ()) -> None:
         self.docs = [Counter(words(t)) for t in texts]
+        #: Each document's name words (a field of its own: ``NAME_WEIGHT``).
+        self.names = [frozenset(words(n)) for n in names] or [frozenset()] * len(self.docs)
         self.lengths = [sum(d.values()) for d in self.docs]
         n = len(self.docs)
         self.avg = (sum(self.lengths) / n) if n else 0.0
@@ -211,16 +334,21 @@ class Bm25:
             df.update(d.keys())
         self.idf = {w: math.log(1 + (n - k + 0.5) / (k + 0.5)) for w, k in df.items()}
 
-    def scores(self, query: str) -> list[float]:
-        terms = [w for w in set(words(query)) if w in self.idf]
+    def scores(self, query: str | Mapping[str, float]) -> list[float]:
+        """Each document's score for ``query``: text, or words with their
+        weights (``query_terms``)."""
+        weights = dict.fromkeys(words(query), 1.0) if isinstance(query, str) else query
+        terms = [(w, x * self.idf[w]) for w, x in weights.items() if w in self.idf]
         out = []
-        for d, length in zip(self.docs, self.lengths, strict=True):
+        for d, length, name in zip(self.docs, self.lengths, self.names, strict=True):
             norm = K1 * (1 - B + B * length / (self.avg or 1))
             s = 0.0
-            for w in terms:
+            for w, idf in terms:
                 tf = d.get(w)
                 if tf:
-                    s += self.idf[w] * tf * (K1 + 1) / (tf + norm)
+                    s += idf * tf * (K1 + 1) / (tf + norm)
+                    if w in name:
+                        s += NAME_WEIGHT * idf
             out.append(s)
         return out
 
@@ -300,19 +428,21 @@ def decide(
 
 
 def rank_lexical(
-    tools: Sequence[Any], turn: str, cache: VectorCache | None = None
+    tools: Sequence[Any], turn: str, cache: VectorCache | None = None, asked: str | None = None
 ) -> tuple[list[str], list[float]]:
-    """The function tools' names and their BM25 scores for ``turn``; the
-    index of a tool set seen before is taken from ``cache``."""
+    """The function tools' names and their BM25 scores for ``turn``
+    (``query_terms``: ``asked``, the user's message, is whose verbs are
+    expanded); the index of a tool set seen before is taken from
+    ``cache``."""
     fns = [fn for fn in map(_function, tools) if fn is not None]
     texts = [tool_text(fn) for fn in fns]
     key = VectorCache.key("", texts)
     index = cache.get(key) if cache is not None else None
     if not isinstance(index, Bm25):
-        index = Bm25(texts)
+        index = Bm25(texts, [fn["name"] for fn in fns])
         if cache is not None:
             cache.put(key, index)
-    return [fn["name"] for fn in fns], index.scores(turn)
+    return [fn["name"] for fn in fns], index.scores(query_terms(turn, asked))
 
 
 class NarrowNote:

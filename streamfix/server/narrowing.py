@@ -70,7 +70,9 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     if model is not None and turn.strip():
         scores = await _embedded_scores(scope, model, tools, turn)
     if scores is None:
-        names, scores = narrow.rank_lexical(tools, turn, scope.proxy.tool_sets)
+        names, scores = narrow.rank_lexical(
+            tools, turn, scope.proxy.tool_sets, narrow.asked_text(messages)
+        )
     d = narrow.decide(names, scores, narrow.called_before(messages))
     d.after_result = narrow.follows_result(messages)
     if not d.narrowed:

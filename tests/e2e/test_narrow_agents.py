@@ -124,8 +124,9 @@ async def test_claude_code_with_narrowing(tmp_path: Path) -> None:
     counts = [n for n, _ in offered_then_shown(up)]
     # Claude Code offers enough tools to narrow, and every turn was narrowed
     assert max(counts) <= narrow.KEEP + 1 and turns == len(counts), (counts, turns)
-    # The words of "Create the file …" rank Claude Code's Write below its
-    # Bash and others: the call to a tool not shown is accepted and run.
+    # "Create the file …" ranks Write first (the verbs' expansion and the
+    # name field; before, Write came fourth on a sliver of a score)
+    assert "Write" in offered_then_shown(up)[0][1], offered_then_shown(up)
 
 
 async def test_codex_with_narrowing(tmp_path: Path) -> None:
@@ -148,3 +149,5 @@ async def test_codex_with_narrowing(tmp_path: Path) -> None:
     assert (tmp_path / "last.txt").read_text().strip() == "I created the file."
     counts = [n for n, _ in offered_then_shown(up)]
     assert max(counts) <= narrow.KEEP + 1 and turns == len(counts), (counts, turns)
+    # exec_command is shown (before: spawn_agent, create_goal… without it)
+    assert "exec_command" in offered_then_shown(up)[0][1], offered_then_shown(up)
