@@ -237,11 +237,20 @@ class ResidueStripper:
         seen = 0  # text[:seen] has been looked at: never held again
         self._held = ""
         start = 0  # where the next candidate is searched from
+        # Code spans in what goes out, up to ``text[noted]``: stripped
+        # markup is skipped (its backticks are not the user's).
+        code = CodeSpans()
+        code.inside, code.tick_end = self._code.inside, self._code.tick_end
+        noted = 0
         while (m := _CAND.search(text, start)) is not None:
             start = m.end()
             i = m.start()
             if i < pos:
                 continue  # inside a region already decided
+            noted = max(noted, pos)
+            if noted < i:
+                code.note(text[noted:i])
+                noted = i
             seen = m.end()
             g = m.group()
             if g[0] == "`":
@@ -266,7 +275,7 @@ class ResidueStripper:
             if (
                 self._in_fence
                 or (text[i - 1] if i > pos else self._last_out(out)) == "`"
-                or self._inside_code(out, text[pos:i])
+                or code.inside
             ):
                 continue
             kind = self._kind(m)
@@ -323,13 +332,6 @@ class ResidueStripper:
                 text = text[:hold]
         out.append(text[pos:])
         return "".join(out)
-
-    def _inside_code(self, out: list[str], before: str) -> bool:
-        """Whether what goes out (``out``, then ``before``) ends inside
-        code: the backticks of a fence stripped in this piece do not count,
-        as they do not when it was stripped in a piece before."""
-        s = "".join(out) + before if out else before
-        return self._code.inside_at(s, len(s))
 
     def _last_out(self, out: list[str]) -> str:
         """The last character that goes out before the text being decided:
