@@ -101,6 +101,17 @@ MAX_GAP_WS = 32
 _SENTENCE_END = ".:!?。：！？"
 
 
+#: ``ToolTagDetector._prev`` right after an opaque code block's closing
+#: fence: a fence glued to it (a run of six backticks, then ``json``: the
+#: block's close, then a fenced call's opening) is not "after a backtick"
+#: (inline code naming the markup). The opaque finder closed the block at
+#: the run's first three backticks, at any split; the rest opens the next
+#: fence, and the call is lifted with it. Any text released after it sets
+#: ``_prev`` to a character again; it is neither a word character nor a
+#: sentence's end.
+FENCE_SHUT = "```"
+
+
 def _layout_after(before: str) -> bool:
     """Whether blanks after the character ``before`` ("" at the reply's
     start or right after a call) may be layout before a call."""
@@ -554,7 +565,8 @@ class ToolTagDetector:
         self._leading = True  # nothing but blanks released yet
         self._since_call = False  # nothing but blanks since the last call
         self._line_blank = True  # nothing but blanks released on this line
-        self._prev = ""  # the last character released (word boundaries)
+        #: The last character released (word boundaries), or ``FENCE_SHUT``.
+        self._prev = ""
         self._finder: EndFinder | None = None
         self._fmts: tuple[Format, ...] = ()
         self._marker = ""
@@ -781,6 +793,7 @@ class ToolTagDetector:
                     self._release(out, s[:e])
                     s = s[e:]
                     self._opaque = None
+                    self._prev = FENCE_SHUT
             else:
                 held = self._held
                 self._held = ""
@@ -1016,6 +1029,8 @@ class ToolTagDetector:
                 self._since_call = True
                 self._prev = ""
                 self._line_blank = True
+                # What follows is not glued to a backtick before the call.
+                self._code.tick_end = False
                 self._clear()
                 return
             failed = fmt

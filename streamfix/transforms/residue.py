@@ -22,7 +22,9 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
   text (the detector released it: ``detect.py``, "A mention is not a
   call");
 - **empty fences** left behind by a lifted call: a ```` ``` ```` /
-  ```` ```json ```` fence with only whitespace inside.
+  ```` ```json ```` fence with only whitespace inside. Its close is as
+  long as its opening, at most: the rest of a longer run (the next
+  block's opening glued to it) is text, and is looked at again.
 
 Never ordinary prose or code: nothing inside a fenced code block or inline
 code is touched (``codespans``), a token right after a backtick is kept,
@@ -234,10 +236,21 @@ class ResidueStripper:
         pos = 0  # text[:pos] is decided (released or stripped)
         seen = 0  # text[:seen] has been looked at: never held again
         self._held = ""
-        for m in _CAND.finditer(text):
+        start = 0  # where the next candidate is searched from
+        # Code spans in what goes out, up to ``text[noted]``: stripped
+        # markup is skipped (its backticks are not the user's).
+        code = CodeSpans()
+        code.inside, code.tick_end = self._code.inside, self._code.tick_end
+        noted = 0
+        while (m := _CAND.search(text, start)) is not None:
+            start = m.end()
             i = m.start()
             if i < pos:
                 continue  # inside a region already decided
+            noted = max(noted, pos)
+            if noted < i:
+                code.note(text[noted:i])
+                noted = i
             seen = m.end()
             g = m.group()
             if g[0] == "`":
@@ -246,7 +259,7 @@ class ResidueStripper:
                 if self._in_fence:
                     self._in_fence = False
                     continue
-                verdict = self._opening_fence(text, m.end(), final)
+                verdict = self._opening_fence(text, m.end(), len(g), final)
                 if verdict is None:  # undecided: hold from the fence
                     out.append(text[pos:i])
                     self._held = text[i:]
@@ -256,13 +269,13 @@ class ResidueStripper:
                     continue
                 # Its indentation stays: it may have gone out already.
                 out.append(text[pos:i])
-                pos = verdict
+                pos = start = verdict  # the rest of a longer run is looked at
                 self._count("empty_fence")
                 continue
             if (
                 self._in_fence
-                or (text[i - 1] if i else self._last) == "`"
-                or self._code.inside_at(text, i)
+                or (text[i - 1] if i > pos else self._last_out(out)) == "`"
+                or code.inside
             ):
                 continue
             kind = self._kind(m)
@@ -320,6 +333,15 @@ class ResidueStripper:
         out.append(text[pos:])
         return "".join(out)
 
+    def _last_out(self, out: list[str]) -> str:
+        """The last character that goes out before the text being decided:
+        stripped markup is not "a backtick before a token" (a fence stripped
+        in the same piece as the token, as in a piece before it)."""
+        for piece in reversed(out):
+            if piece:
+                return piece[-1]
+        return self._last
+
     @staticmethod
     def _kind(m: re.Match[str]) -> str | None:
         """What a candidate match is: ``special_token``, ``open``,
@@ -353,12 +375,15 @@ class ResidueStripper:
                 return True
         return self._line_head
 
-    def _opening_fence(self, text: str, end: int, final: bool) -> int | None:
-        """After an opening fence ending at ``end``: -1 for a real code
-        block, the end of an empty fence to strip, or None (undecided)."""
+    def _opening_fence(self, text: str, end: int, opener: int, final: bool) -> int | None:
+        """After an opening fence of ``opener`` backticks ending at ``end``:
+        -1 for a real code block, the end of an empty fence to strip, or
+        None (undecided)."""
         nl = text.find("\n", end)
-        if nl < 0:
-            if final or len(text) - end > MAX_TOKEN:
+        if nl < 0 or nl - end > MAX_TOKEN:
+            # An info line longer than MAX_TOKEN: code, whether its end is
+            # in sight yet or not (the same at any split).
+            if nl >= 0 or final or len(text) - end > MAX_TOKEN:
                 return -1
             return None
         k = _NON_WS.search(text, nl + 1)
@@ -368,9 +393,16 @@ class ResidueStripper:
             return None if len(text) - end <= MAX_PENDING else -1
         j = k.start()
         if text.startswith("```", j):
+            # The closing fence is as long as the opening one, at most: a
+            # longer run's rest is text (``````` ``````python ```````: this
+            # fence's close glued to the next one's opening). Undecided
+            # while the run may still go on.
             close = j + 3
-            while close < len(text) and text[close] == "`":
+            stop = j + max(3, opener)
+            while close < stop and close < len(text) and text[close] == "`":
                 close += 1
+            if close == len(text) < stop and not final:
+                return None if len(text) - end <= MAX_PENDING else close
             return close
         if text[j] == "`" and not final and len(text) - j < 3:
             return None
