@@ -215,6 +215,12 @@ def models_view(rows: Sequence[ModelRow], csrf: str | None, busy: bool) -> Marku
     return join([tag("table", tag("thead", head), tag("tbody", body), class_="models"), note])
 
 
+def _table(headers: Sequence[str], rows: Sequence[Markup], class_: str) -> Markup:
+    """A table with one header row of plain titles and ``rows``."""
+    head = tag("thead", tag("tr", [tag("th", h) for h in headers]))
+    return tag("table", head, tag("tbody", rows), class_=class_)
+
+
 def _probe_state(run: ProbeRun) -> str:
     if run.running:
         return "probing…"
@@ -347,21 +353,7 @@ def recordings_view(
         )
         for s in shown
     ]
-    table = tag(
-        "table",
-        tag(
-            "thead",
-            tag(
-                "tr",
-                [
-                    tag("th", h)
-                    for h in ("recorded", "model", "tenant", "reasons", "path", "status")
-                ],
-            ),
-        ),
-        tag("tbody", rows),
-        class_="recordings",
-    )
+    table = _table(("recorded", "model", "tenant", "reasons", "path", "status"), rows, "recordings")
     count = tag(
         "p",
         f"{len(shown)} shown of {len(every)} recording(s), newest first",
@@ -426,20 +418,8 @@ def recording_view(s: Sides) -> Markup:
                 data_field=name,
             )
         )
-    table = tag(
-        "table",
-        tag(
-            "thead",
-            tag(
-                "tr",
-                tag("th", ""),
-                tag("th", "the upstream sent"),
-                tag("th", "the client got"),
-                tag("th", "today's chain (replay)"),
-            ),
-        ),
-        tag("tbody", rows),
-        class_="sides",
+    table = _table(
+        ("", "the upstream sent", "the client got", "today's chain (replay)"), rows, "sides"
     )
     return join(
         [
@@ -470,17 +450,13 @@ def recording_view(s: Sides) -> Markup:
 
 
 def unrecognised_view(per_model: dict[str, int], samples: Sequence[Sample]) -> Markup:
-    counts = tag(
-        "table",
-        tag("thead", tag("tr", tag("th", "model"), tag("th", "unrecognised regions"))),
-        tag(
-            "tbody",
-            [
-                tag("tr", tag("td", m), tag("td", n, class_="num"))
-                for m, n in sorted(per_model.items(), key=lambda kv: (-kv[1], kv[0]))
-            ],
-        ),
-        class_="counts",
+    counts = _table(
+        ("model", "unrecognised regions"),
+        [
+            tag("tr", tag("td", m), tag("td", n, class_="num"))
+            for m, n in sorted(per_model.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        "counts",
     )
     items = [
         tag(
@@ -562,47 +538,23 @@ def config_view(
         ),
         class_="settings",
     )
-    ups = tag(
-        "table",
-        tag(
-            "thead",
+    ups = _table(
+        ("url", "model", "name", "kind", "weight", "window", "reasoning", "api key", "steps"),
+        [tag("tr", [tag("td", c) for c in row]) for row in upstream_rows(upstreams)],
+        "upstreams",
+    )
+    tenant_table = _table(
+        ("tenant", "models", "keys"),
+        [
             tag(
                 "tr",
-                [
-                    tag("th", h)
-                    for h in (
-                        "url",
-                        "model",
-                        "name",
-                        "kind",
-                        "weight",
-                        "window",
-                        "reasoning",
-                        "api key",
-                        "steps",
-                    )
-                ],
-            ),
-        ),
-        tag("tbody", [tag("tr", [tag("td", c) for c in row]) for row in upstream_rows(upstreams)]),
-        class_="upstreams",
-    )
-    tenant_table = tag(
-        "table",
-        tag("thead", tag("tr", tag("th", "tenant"), tag("th", "models"), tag("th", "keys"))),
-        tag(
-            "tbody",
-            [
-                tag(
-                    "tr",
-                    tag("td", t.name),
-                    tag("td", ", ".join(t.models)),
-                    tag("td", f"{len(t.api_keys)} set"),
-                )
-                for t in tenants
-            ],
-        ),
-        class_="tenants",
+                tag("td", t.name),
+                tag("td", ", ".join(t.models)),
+                tag("td", f"{len(t.api_keys)} set"),
+            )
+            for t in tenants
+        ],
+        "tenants",
     )
     reload_form = tag(
         "form",
