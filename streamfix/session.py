@@ -38,6 +38,22 @@ def error_event(message: str, type_: str = "upstream_error", code: str | None = 
     return encode_data(orjson.dumps({"error": err}))
 
 
+def chunk_event(
+    delta: dict[str, Any], finish: str | None = None, model: str = "streamfix"
+) -> bytes:
+    """One ``chat.completion.chunk`` of a single choice as an SSE event, as
+    an OpenAI-compatible server writes it (the demo's scripted upstream,
+    ``streamfix.testing``'s streams)."""
+    obj = {
+        "id": f"chatcmpl-{model}",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return encode_data(orjson.dumps(obj))
+
+
 _KEEPALIVE_BYTES = encode_comment()
 
 

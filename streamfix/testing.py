@@ -36,7 +36,7 @@ import orjson
 
 from .chain import Chain
 from .context import Context
-from .session import SSESession
+from .session import SSESession, chunk_event
 from .tools.seen import assemble
 
 #: Plain prose and code that every chain, with any plugin, must pass
@@ -95,14 +95,7 @@ class Reply(NamedTuple):
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    obj = {
-        "id": "chatcmpl-check",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "check",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return chunk_event(delta, finish, "check")
 
 
 def sse_stream(pieces: Sequence[str], finish: str = "stop", done: bool = True) -> bytes:

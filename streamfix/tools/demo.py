@@ -22,21 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import aiohttp
-import orjson
 from aiohttp import web
 
+from ..session import chunk_event
 from .seen import TOOLS, Seen, assemble, describe
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    obj = {
-        "id": "chatcmpl-demo",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "demo",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return chunk_event(delta, finish, "demo")
 
 
 def _text(pieces: list[str], finish: str = "stop") -> list[bytes]:
