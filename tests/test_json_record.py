@@ -19,7 +19,7 @@ from streamfix.tools.cli import main
 from streamfix.tools.replay import replay_file
 
 from .support.streamutil import chunk, sse, text_stream
-from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app
+from .support.upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app
 from .test_record import files, load, post
 
 PERSON = {
@@ -40,22 +40,6 @@ def body(stream: bool, strict: bool = False) -> dict[str, Any]:
         "messages": [{"role": "user", "content": "Ada, 36, as JSON"}],
         "response_format": {"type": "json_schema", "json_schema": js},
         "stream": stream,
-    }
-
-
-def completion(content: str) -> dict[str, Any]:
-    return {
-        "id": "c",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
     }
 
 
