@@ -336,9 +336,7 @@ class Chain:
         """A choice's JSON is held until its end (``jsonout.JsonOutput``):
         a proxy keeps the reply back, so it can still ask again."""
         return any(
-            isinstance(s, JsonOutput) and s.holding and not st.done
-            for st in self._choices.values()
-            for s in st.steps
+            st.json is not None and st.json.holding and not st.done for st in self._choices.values()
         )
 
     @property
