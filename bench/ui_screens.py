@@ -1,4 +1,4 @@
-"""Screenshots of the operator page's views, for the README (docs/ui/*.png).
+"""Screenshots of the operator page's views, for docs/operations.md (docs/ui/*.png).
 
     .venv/bin/python -m bench.ui_screens [--out docs/ui]
 

@@ -81,7 +81,7 @@ and runs a C-speed check: ``rfind`` the last ``PROBE`` characters within
 candidate periods, each verified with one slice compare. A run of texts
 that reaches several checks screens up to three of them with one search
 (``quiet``). The measured bounds are pinned by ``tests/test_repetition.py``
-and ``tests/test_faithful_structured.py``; the figures are in the README.
+and ``tests/test_faithful_structured.py``; the figures are in ``docs/repairs.md``.
 
 **Cutting.** The text already sent stays sent; of this delta's text only
 what comes before the end of the loop's first copy is kept, so at most the

@@ -104,7 +104,7 @@ async def run_claude(
     return await _run(argv, env, cwd)
 
 
-#: Codex's provider block for a local model (README: "Codex CLI").
+#: Codex's provider block for a local model (docs/doors.md: "Codex CLI").
 CODEX_CONFIG = """\
 model = "qwen3-coder"
 model_provider = "local"
