@@ -57,14 +57,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--upstream", required=True, metavar="URL", help="base URL ending in /v1")
     p.add_argument("--model", metavar="M", help="model name (default: the first /v1/models lists)")
     p.add_argument("--api-key", metavar="KEY", help="sent as 'Authorization: Bearer KEY'")
-    from .cli import add_plugin_flags
+    from .plugin_flags import add_plugin_flags
 
     add_plugin_flags(p)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..plugins import factories
-    from .cli import load_plugins
+    from .plugin_flags import load_plugins
 
     try:
         load_plugins(args.formats)

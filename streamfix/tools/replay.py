@@ -84,7 +84,7 @@ def add_parser(sub: Any) -> None:
         help=f"replay with this repair switched off ({', '.join(REPAIRS)}); repeatable",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="show what did not change too")
-    from .cli import add_plugin_flags
+    from .plugin_flags import add_plugin_flags
 
     add_plugin_flags(p)
 
@@ -92,7 +92,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     switches = {name: False for name in args.without}
     assert set(switches) <= set(Options.__dataclass_fields__)
-    from .cli import load_plugins
+    from .plugin_flags import load_plugins
 
     try:
         load_plugins(args.formats)
