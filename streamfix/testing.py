@@ -36,8 +36,8 @@ import orjson
 
 from .chain import Chain
 from .context import Context
+from .seen import assemble
 from .session import SSESession, chunk_event
-from .tools.seen import assemble
 
 #: Plain prose and code that every chain, with any plugin, must pass
 #: byte-identical (tools offered or not): braces, brackets, tags in code,

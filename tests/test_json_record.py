@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from streamfix.server.record import RECORDER
+from streamfix.server.replay import replay_file
 from streamfix.tools.cli import main
-from streamfix.tools.replay import replay_file
 
 from .support.streamutil import chunk, sse, text_stream
 from .support.upstream_fake import AppServer, FakeUpstream, Reply, completion, proxy_app

@@ -25,7 +25,7 @@ from streamfix.server.config import (
 )
 from streamfix.server.proxy import PROXY
 from streamfix.server.record import RECORDER
-from streamfix.tools.replay import replay_file
+from streamfix.server.replay import replay_file
 
 from .support.streamutil import assemble, text_stream
 from .support.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app

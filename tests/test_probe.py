@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from streamfix.server.probe import CASES, probe, structured_calls
 from streamfix.tools.cli import main
-from streamfix.tools.probe import CASES, probe, render, structured_calls
+from streamfix.tools.probe import render
 
 from .support.streamutil import chunk, sse
 from .support.upstream_fake import FakeUpstream, Received, Reply, completion, refusing_url
@@ -223,7 +224,7 @@ def test_structured_calls_counts_pieces_and_repeated_names() -> None:
 
 
 def test_cases_put_max_tokens_over_the_window() -> None:
-    from streamfix.tools.probe import cases
+    from streamfix.server.probe import cases
 
     over = {c.key: c for c in cases(2048)}["over_window"]
     assert over.body["max_tokens"] == 4096

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from streamfix.server.record import RECORDER
-from streamfix.tools.replay import replay_document
+from streamfix.server.replay import replay_document
 
 from .support.streamutil import SHAPES_TOOLS, sse, text_stream
 from .support.upstream_fake import AppServer, FakeUpstream, Reply, proxy_app

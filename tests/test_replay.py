@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from streamfix.server.record import RECORDER, decode_bytes, encode_bytes
+from streamfix.server.replay import replay_document, replay_file
 from streamfix.tools.cli import main
-from streamfix.tools.replay import replay_document, replay_file
 
 from .make_recordings import HERE, SCENARIOS
 from .support.upstream_fake import AppServer, FakeUpstream, proxy_app

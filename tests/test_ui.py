@@ -17,13 +17,13 @@ from yarl import URL
 from streamfix.server.app import create_app
 from streamfix.server.config import ConfigError, ServerConfig, build_config, parse_upstream
 from streamfix.server.metrics import Metrics
+from streamfix.server.probe import CASES
 from streamfix.server.proxy import PROXY
 from streamfix.server.ui import activity as act
 from streamfix.server.ui.auth import SESSION_SECONDS, Sessions
 from streamfix.server.ui.charts import repairs_chart
 from streamfix.server.ui.html import esc, tag
 from streamfix.server.upstream.table import Table
-from streamfix.tools.probe import CASES
 
 from .support.ui_scene import (
     ADMIN_KEY,

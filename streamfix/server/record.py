@@ -7,7 +7,7 @@ call-like markup went unrecognised, a loop was cut, the reply came out
 empty, the upstream failed): the client's request, each upstream reply
 as the raw bytes of every network read with its time, what the chain
 reported, and the bytes the client received. ``streamfix replay`` feeds
-the same reads to today's chain (``streamfix.tools.replay``).
+the same reads to today's chain (``replay.py``).
 
 *Off the streaming path.* While a request runs, its reads are appended to
 a list (bounded: ``MAX_TAKE_BYTES``). When the handler returns, the

@@ -50,6 +50,8 @@ from typing import Any
 
 from .. import __version__
 from ..server.config import SETTINGS, ConfigError, ServerConfig, build_config, settings_epilog
+from .plugin_flags import add_plugin_flags, load_plugins
+from .ports import listen_problem, port_problem
 
 
 def _add_serve(sub: Any) -> None:
@@ -92,37 +94,6 @@ def _add_serve(sub: Any) -> None:
         elif s.metavar:
             kwargs["metavar"] = s.metavar
         p.add_argument(s.flag, **kwargs)
-
-
-def add_plugin_flags(p: Any) -> None:
-    """``--transform`` and ``--format`` (serve, replay, probe)."""
-    p.add_argument(
-        "--transform",
-        dest="transforms",
-        action="append",
-        metavar="MODULE:FACTORY",
-        help="run this step on every reply, after the built-in repairs (a Transform class "
-        "or a factory of one, called with the request's Context); repeatable",
-    )
-    p.add_argument(
-        "--format",
-        dest="formats",
-        action="append",
-        metavar="MODULE:NAME",
-        help="register this call shape (a module with FORMATS, or a Format); repeatable. "
-        "Installed streamfix.formats entry points need no flag",
-    )
-
-
-def load_plugins(formats: Sequence[str] | None) -> None:
-    """The installed format plugins and ``--format``'s, registered once per
-    process (a refusal raises ``PluginError``)."""
-    from ..formats.registry import load_entry_points
-    from ..plugins import register_spec
-
-    load_entry_points(strict=True)
-    for spec in formats or ():
-        register_spec(spec)
 
 
 def _add_demo(sub: Any) -> None:
@@ -343,39 +314,6 @@ def start_problems(cfg: ServerConfig) -> list[str]:
     return problems
 
 
-def port_problem(host: str, port: int) -> str | None:
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        return f"--host {host}: cannot listen there ({exc})"
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as s:
-        # as aiohttp binds: SO_REUSEADDR (a port in TIME_WAIT is free)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(address)
-        except OSError as exc:
-            return _listen_problem(host, port, exc)
-    return None
-
-
-def _listen_problem(host: str, port: int, exc: OSError) -> str:
-    import errno as errno_module
-
-    if exc.errno == errno_module.EADDRINUSE:
-        return (
-            f"port {port} on {host} is already in use (another streamfix?): "
-            "stop it or give --port N"
-        )
-    if exc.errno == errno_module.EACCES:
-        return f"port {port} on {host} needs privileges: give --port N above 1023"
-    if exc.errno == errno_module.EADDRNOTAVAIL:
-        return f"--host {host} is not an address of this machine"
-    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-
-
 def _record_problem(directory: str) -> str | None:
     import tempfile
     from pathlib import Path
@@ -452,5 +390,5 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return serve(cfg, source)
     except OSError as exc:  # the port was taken after the check
-        print(f"streamfix serve: {_listen_problem(cfg.host, cfg.port, exc)}", file=sys.stderr)
+        print(f"streamfix serve: {listen_problem(cfg.host, cfg.port, exc)}", file=sys.stderr)
         return 2

@@ -77,7 +77,7 @@ def run_model(args: argparse.Namespace) -> int:
     if args.n_ctx < 64 or args.threads < 1:
         print("streamfix model: --n-ctx must be at least 64, --threads at least 1", file=sys.stderr)
         return 2
-    from .cli import port_problem
+    from .ports import port_problem
 
     taken = port_problem(args.host, args.port)
     if taken:

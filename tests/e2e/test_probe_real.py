@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from streamfix.server.probe import CASES, probe
 from streamfix.tools.local import LocalServer
-from streamfix.tools.probe import CASES, probe, render
+from streamfix.tools.probe import render
 
 pytestmark = pytest.mark.e2e
 

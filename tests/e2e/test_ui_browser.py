@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from streamfix.tools.probe import CASES
+from streamfix.server.probe import CASES
 from tests.support.ui_browser import launch, need_browser
 from tests.support.ui_scene import ADMIN_KEY, TENANT_KEY, Scene, scene
 

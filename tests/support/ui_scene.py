@@ -56,7 +56,7 @@ SCRIPT: dict[str, bytes] = {
     "plain": text_stream(["Hello", " there"]),
 }
 
-#: What ``streamfix probe`` asks (``tools/probe.py``'s cases), answered as a
+#: What ``streamfix probe`` asks (``server/probe.py``'s cases), answered as a
 #: small model does: calls written as text, reasoning in the content.
 PROBE_ANSWERS = (
     (

@@ -33,7 +33,7 @@ OTHER = "(other)"
 #: Report counts left out of the chart: ``calls.<format>`` counts every call
 #: a stream emitted, by shape (``structured``: the upstream did it right);
 #: a call lifted from text is also ``lifted.<format>``, on both paths, which
-#: the chart shows (``tools/probe.describe_report`` reads them alike).
+#: the chart shows (``server/probe.describe_report`` reads them alike).
 NOT_REPAIRS_PREFIX = "calls."
 
 

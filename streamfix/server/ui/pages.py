@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...tools.probe import CASES
 from ..config import ServerConfig, TenantConfig, UpstreamConfig
+from ..probe import CASES
 from .activity import Sample
 from .charts import repairs_chart
 from .html import Markup, join, tag
@@ -263,7 +263,7 @@ def probe_view(
         "tr", [tag("th", h) for h in ("request", "mode", "the backend did", "behind streamfix")]
     )
     body = []
-    from ...tools.probe import cells
+    from ..probe import cells
 
     for title, mode, did, behind in cells(res):
         body.append(
@@ -275,7 +275,7 @@ def probe_view(
                 tag("td", clean(behind)),
             )
         )
-    from ...tools.probe import verdict
+    from ..probe import verdict
 
     return join(
         [

@@ -4,7 +4,7 @@ Off the request path: the POST starts a task and answers at once; the
 page shows the row's last result (or that it is running) and refreshes
 itself while one runs. Bounded: one probe at a time in the process (a
 second is refused while one runs), each at most ``PROBE_SECONDS`` in all
-(``tools.probe`` sends each of its cases streamed and not, one at a
+(``server/probe.py`` sends each of its cases streamed and not, one at a
 time, on its own connections), the results kept one per row (the rows of the table in
 force, by ``UpstreamConfig.identity``). The tasks end with the app.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from ...tools.probe import Probe, probe
+from ..probe import Probe, probe
 from ..upstream.pool import Upstream
 
 log = logging.getLogger("streamfix.server.ui")

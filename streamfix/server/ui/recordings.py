@@ -12,7 +12,7 @@ only. All of it runs in a thread (``asyncio.to_thread``), off the loop.
 *One recording* (``Sides``): what the upstream sent (the last attempt's
 reads as a client would assemble them: markup as it came, shown as
 text), what the client got then, and what today's chain makes of the
-same reads (``tools.replay.replay_document``), field by field, with the
+same reads (``replay.replay_document``), field by field, with the
 fields that differ marked. The name asked for must be a recording's name
 in the directory (``NAME``): no path reaches anywhere else.
 """
@@ -30,9 +30,9 @@ import orjson
 
 from ...errors import PluginError
 from ...jsoncodec import loads_lenient
-from ...tools.replay import Outcome, client_view, replay_document, seen_of_completion
-from ...tools.seen import Seen, assemble
+from ...seen import Seen, assemble, assemble_text, seen_of_completion
 from ..record import FORMAT, decode_bytes
+from ..replay import Outcome, client_view, replay_document
 
 #: Recordings listed on one page.
 MAX_LISTED = 200
@@ -182,8 +182,6 @@ def upstream_view(doc: dict[str, Any]) -> tuple[Seen | None, str]:
         except orjson.JSONDecodeError:
             return None, text
     if doc.get("request", {}).get("path") == "/v1/completions":
-        from ...tools.replay import assemble_text
-
         return assemble_text(data), text
     return assemble(data), text
 

@@ -1,6 +1,8 @@
-"""What a client assembles from a stream, as the OpenAI SDK merges it
-(strings of a tool-call delta concatenated by ``index``), and how the tools
-print it: shared by ``demo``, ``probe`` and ``replay``."""
+"""What a client assembles from a reply, as the OpenAI SDK merges a stream
+(strings of a tool-call delta concatenated by ``index``) or reads a whole
+completion, and how the commands print it: shared by the probe and replay
+(``server/probe.py``, ``server/replay.py``), the operator page, the demo and
+``streamfix.testing``."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from ..jsoncodec import loads_lenient
-from ..sse import DONE, SSEDecoder
+from .jsoncodec import loads_lenient
+from .sse import DONE, SSEDecoder
 
 #: The one tool the demo and the probe offer.
 TOOLS = [
@@ -80,6 +82,58 @@ def assemble(data: bytes) -> Seen:
                 seen.finish = ch["finish_reason"]
             if isinstance(ch.get("streamfix"), dict):
                 seen.ext = ch["streamfix"]
+    return seen
+
+
+def seen_of_completion(obj: Any) -> Seen:
+    """A non-streamed reply (a completion, or an error object) as a view."""
+    seen = Seen()
+    if not isinstance(obj, dict):
+        seen.errors.append(f"not a JSON object: {str(obj)[:80]}")
+        return seen
+    if "error" in obj:
+        err = obj["error"]
+        seen.errors.append(str(err.get("message") if isinstance(err, dict) else err))
+        return seen
+    for ch in obj.get("choices") or ():
+        msg = ch.get("message") or {}
+        seen.content += msg.get("content") or ""
+        seen.reasoning += msg.get("reasoning_content") or msg.get("reasoning") or ""
+        for i, tc in enumerate(msg.get("tool_calls") or ()):
+            fn = tc.get("function") or {}
+            seen.calls[i] = {"name": fn.get("name") or "", "arguments": fn.get("arguments") or ""}
+        if ch.get("finish_reason"):
+            seen.finish = ch["finish_reason"]
+        if isinstance(ch.get("streamfix"), dict):
+            seen.ext = ch["streamfix"]
+    return seen
+
+
+def _text_choices(seen: Seen, choices: Any) -> None:
+    for ch in choices or ():
+        if not isinstance(ch, dict):
+            continue
+        seen.content += ch.get("text") or ""
+        if ch.get("finish_reason"):
+            seen.finish = ch["finish_reason"]
+        if isinstance(ch.get("streamfix"), dict):
+            seen.ext = ch["streamfix"]
+
+
+def assemble_text(data: bytes) -> Seen:
+    """A streamed text completion as a client joins it: each choice's text."""
+    seen = Seen()
+    for obj in chunks_of(data, seen):
+        _text_choices(seen, obj.get("choices"))
+    return seen
+
+
+def seen_of_text_completion(obj: Any) -> Seen:
+    """A whole text completion (or an error object) as a view."""
+    if not isinstance(obj, dict) or "error" in obj:
+        return seen_of_completion(obj)
+    seen = Seen()
+    _text_choices(seen, obj.get("choices"))
     return seen
 
 
