@@ -74,7 +74,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,3 +334,15 @@ def resolve_name(name: str, tools: Mapping[str, ToolSpec]) -> str | None:
         if last in tools:
             return last
     return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Plugin:
+    """What one ``register`` call added (its ``name``: the module's or the
+    first format's), read like a format module; ``unregister`` takes it."""
+
+    name: str
+    FORMATS: tuple[Format, ...] = ()
+    REASONING: tuple[Reasoning, ...] = ()
+    RESIDUE: tuple[Residue, ...] = ()
+    REASONING_MODELS: tuple[str, ...] = ()

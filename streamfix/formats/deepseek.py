@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall, Residue
 from .scan import UntilMarker
