@@ -252,5 +252,6 @@ RESIDUE: list[Residue] = [
         wrappers=("invoke",),
         tokens=(r"</" + _BAR + r"DSML" + _BAR + r"[a-z_]{1,24}>",),
         partials=(r"</" + _BAR + r"[^\s<>]{0,40}\Z",),
+        bars=("｜",),  # any <｜…｜> token is a special token
     )
 ]

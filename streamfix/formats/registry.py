@@ -54,11 +54,9 @@ ENTRY_POINTS = "streamfix.formats"
 
 @lru_cache(maxsize=1)
 def _modules() -> tuple[object, ...]:
-    from . import __path__ as pkg_path
-
     return tuple(
         importlib.import_module(f"{__package__}.{info.name}")
-        for info in pkgutil.iter_modules(pkg_path)
+        for info in pkgutil.iter_modules([os.path.dirname(__file__)])
         if info.name not in _SKIP and not info.name.startswith("_")
     )
 

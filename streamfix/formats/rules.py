@@ -64,6 +64,9 @@ def check_static(plugin: Plugin, existing: tuple[Format, ...]) -> None:
             if not isinstance(m, str) or len(m.strip()) < MIN_MARKER:
                 raise refusal(plugin, f"reasoning {r.name}: marker {m!r} is too short")
     for res in plugin.RESIDUE:
+        for b in res.bars:
+            if not isinstance(b, str) or len(b) != 1 or b.isspace() or b in "<>":
+                raise refusal(plugin, f"residue bar {b!r}: one character, not a blank, < or >")
         for t in (*res.tokens, *res.partials):
             try:
                 groups = re.compile(t).groups
