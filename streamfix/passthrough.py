@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from .seen import assemble
 from .session import SSESession, chunk_event
-from .tools.seen import assemble
 
 #: Plain prose and code that every chain, with any plugin, must pass
 #: byte-identical (tools offered or not): braces, brackets, tags in code,

@@ -46,7 +46,7 @@ from .passthrough import (
     run,
     sse_stream,
 )
-from .tools.seen import assemble
+from .seen import assemble
 
 
 def _text_of(stream: str | bytes) -> tuple[str | None, bytes]:

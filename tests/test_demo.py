@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
+from streamfix.seen import assemble
 from streamfix.tools.demo import SCENARIOS, run_demo
-from streamfix.tools.seen import assemble
 
 
 def test_demo_prints_every_scenario_side_by_side() -> None:

@@ -24,8 +24,8 @@ from typing import Any, TextIO
 import aiohttp
 from aiohttp import web
 
+from ..seen import TOOLS, Seen, assemble, describe
 from ..session import chunk_event
-from .seen import TOOLS, Seen, assemble, describe
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

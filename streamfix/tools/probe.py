@@ -41,6 +41,7 @@ import orjson
 from ..chain import Chain
 from ..context import Context, Report
 from ..errors import PluginError, UpstreamProtocolError
+from ..seen import TOOLS, Seen, assemble
 from ..server.reask import json_object_instead
 from ..server.upstream.budget import BudgetPolicy, clamp_request
 from ..server.upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
@@ -53,7 +54,6 @@ from ..server.upstream.engines import (
 from ..session import SSESession
 from ..sse import DONE, SSEDecoder
 from .replay import seen_of_completion
-from .seen import TOOLS, Seen, assemble
 
 #: Seconds one request may take (a 135M model on two cores writes about a
 #: hundred tokens a second; the longest request asks for 300).

@@ -56,10 +56,10 @@ from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
 from ..narrow import NarrowNote
 from ..plugins import factories
+from ..seen import Seen, assemble, chunks_of, describe
 from ..server.record import FORMAT, decode_bytes, report_dict
 from ..session import SSESession
 from ..text_session import CompletionSession
-from .seen import Seen, assemble, chunks_of, describe
 
 #: The repairs ``--without`` can switch off (``Options``' switches).
 REPAIRS = ("lift", "strip", "split_reasoning", "repetition")

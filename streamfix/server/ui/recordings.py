@@ -30,8 +30,8 @@ import orjson
 
 from ...errors import PluginError
 from ...jsoncodec import loads_lenient
+from ...seen import Seen, assemble
 from ...tools.replay import Outcome, client_view, replay_document, seen_of_completion
-from ...tools.seen import Seen, assemble
 from ..record import FORMAT, decode_bytes
 
 #: Recordings listed on one page.

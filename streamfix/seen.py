@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from ..jsoncodec import loads_lenient
-from ..sse import DONE, SSEDecoder
+from .jsoncodec import loads_lenient
+from .sse import DONE, SSEDecoder
 
 #: The one tool the demo and the probe offer.
 TOOLS = [
