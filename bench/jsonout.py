@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from streamfix.session import SSESession
-from streamfix.transforms.jsonout import JsonSpec, extract
+from streamfix.spec import JsonSpec
+from streamfix.transforms.jsonout import extract
 from tests.support.streamutil import chunk, sse
 
 CORPUS = Path(__file__).parent.parent / "tests" / "data" / "json_output_corpus.json"

@@ -24,7 +24,7 @@ import string
 import sys
 import time
 
-from streamfix.context import ToolSpec
+from streamfix.spec import ToolSpec
 from streamfix.transforms.detect import Matcher
 
 #: Tool names of real APIs (file, web, mail, calendar, shop, payments…).

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
+from . import plugins  # noqa: F401  (hands register its measured check)
 from .chain import DEFER, FORGET, KEEPALIVE, PASS, RELEASE, Chain, Out
 from .chunks import view_of
 from .context import Context

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from .transforms.jsonout import JsonSpec, json_spec
+from .formats.registry import load_entry_points, reasoning_models
+from .spec import JsonSpec, ToolSpec, json_spec, tools_of
 
 if TYPE_CHECKING:
     from .delta import Transform
@@ -33,15 +34,6 @@ UNOPENED_HOLD = 2048
 #: bounded so that a hostile stream cannot grow memory through them.
 MAX_SAMPLES = 8
 SAMPLE_CHARS = 200
-
-
-class ToolSpec(NamedTuple):
-    """One offered tool: its name and JSON schema of parameters. (A named
-    tuple: a request builds one per offered tool before its first byte, and
-    a tuple is made several times faster than a frozen dataclass.)"""
-
-    name: str
-    parameters: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -96,29 +88,6 @@ class Options:
                 raise TypeError("transforms: a list of step factories, not one")
             options = {**options, "transforms": tuple(steps)}
         return cls(**options)
-
-
-def tools_of(request: dict[str, Any] | None) -> dict[str, ToolSpec]:
-    """The offered tools by name. Malformed entries are skipped: the
-    request is validated where it arrives (the proxy), not here."""
-    tools: dict[str, ToolSpec] = {}
-    if not request:
-        return tools
-    raw = request.get("tools")
-    if not isinstance(raw, list):
-        return tools
-    for t in raw:
-        if not isinstance(t, dict):
-            continue
-        fn = t.get("function") if t.get("type", "function") == "function" else None
-        if not isinstance(fn, dict):
-            continue
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            continue
-        params = fn.get("parameters")
-        tools[name] = ToolSpec(name, params if isinstance(params, dict) else {})
-    return tools
 
 
 @dataclass(slots=True)
@@ -211,9 +180,7 @@ def looks_like_reasoning(request: dict[str, Any] | None, switch: Any = _UNREAD) 
     if not isinstance(model, str):
         return False
     # The families name their reasoning models (``REASONING_MODELS`` in
-    # ``formats/``); imported here, as the registry imports this module.
-    from .formats.registry import reasoning_models
-
+    # ``formats/``).
     return reasoning_models().search(model) is not None
 
 
@@ -226,8 +193,6 @@ _plugins_pending = True
 def _load_plugins() -> None:
     global _plugins_pending
     _plugins_pending = False
-    from .formats.registry import load_entry_points
-
     load_entry_points(strict=False)
 
 
@@ -250,7 +215,7 @@ class Context:
     #: ``dropped_call.parallel``).
     parallel_tool_calls: bool = True
     #: The JSON the request's ``response_format`` asks for
-    #: (``transforms/jsonout.JsonSpec``); None: the reply is not JSON's business.
+    #: (``spec.JsonSpec``); None: the reply is not JSON's business.
     json: JsonSpec | None = None
 
     @property

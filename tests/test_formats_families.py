@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfix.context import tools_of
 from streamfix.formats import _family, deepseek, glm, kimi, minimax, mistral
 from streamfix.formats.base import ABORT, Format, RawCall
+from streamfix.spec import tools_of
 from streamfix.toolargs import parse_object
 from tests.support.streamutil import SHAPES_REQUEST
 

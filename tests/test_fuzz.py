@@ -20,10 +20,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfix.context import tools_of
 from streamfix.errors import UpstreamProtocolError
 from streamfix.formats import ABORT, OPAQUE, RawCall, all_formats
 from streamfix.session import SSESession
+from streamfix.spec import tools_of
 from streamfix.sse import SSEDecoder
 
 from .support.streamutil import (

@@ -26,9 +26,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfix.context import Context, ToolSpec
+from streamfix.context import Context
 from streamfix.delta import Delta
 from streamfix.formats import markers_for
+from streamfix.spec import ToolSpec
 from streamfix.transforms import detect
 from streamfix.transforms.detect import RUN_SEP, Matcher, ToolTagDetector, matcher_for
 

@@ -25,7 +25,7 @@ from aiohttp import web
 
 import streamfix
 from streamfix import Delta, PluginError, TransformError, testing
-from streamfix.formats import Format, RawCall, UntilMarker, all_formats, registry
+from streamfix.formats import Format, RawCall, Residue, UntilMarker, all_formats, registry
 from streamfix.middleware import streamfix_middleware
 
 from .support.upstream_fake import AppServer, FakeUpstream, Reply, free_port
@@ -274,6 +274,42 @@ def test_a_format_that_breaks_an_invariant_is_refused(fmt: Format, why: str) -> 
     with pytest.raises(PluginError, match=why):
         streamfix.formats.register(fmt)
     assert all_formats() == before and not registry.registered()
+
+
+def test_a_residue_bar_is_one_character() -> None:
+    with pytest.raises(PluginError, match="residue bar"):
+        streamfix.formats.register(Residue(bars=("¦¦",)), name="two_bars")
+    assert not registry.registered()
+
+
+@pytest.mark.parametrize("pieces", [["Hi<¦eos¦>"], ["Hi<¦e", "os¦>"], ["Hi<", "¦eos¦", ">"]])
+def test_a_declared_bar_makes_its_tokens_special(pieces: list[str]) -> None:
+    """A family's bar (``Residue.bars``, as DeepSeek's fullwidth one) is
+    read from the registry: its tokens are stripped, however they are cut."""
+
+    def content() -> str:
+        return testing.reply(testing.run(testing.sse_stream(pieces), REQ)).content
+
+    assert content() == "Hi<¦eos¦>"
+    with testing.registered(Residue(bars=("¦",))):
+        assert content() == "Hi"
+    assert content() == "Hi<¦eos¦>"
+
+
+def test_the_engine_hands_register_its_measured_check() -> None:
+    """``formats`` imports nothing above it: the prose check reaches
+    ``register`` from ``plugins``, which the library's entry points import."""
+    code = (
+        "import streamfix, streamfix.api, streamfix.formats as f\n"
+        "class End:\n    def feed(self, text): return len(text) if text else None\n"
+        "class Greedy(f.Format):\n    name = 'greedy'\n    markers = ('weather',)\n"
+        "    def end_finder(self, marker): return End()\n"
+        "    def parse(self, region, tools): return [f.RawCall('get_weather', {'city': 'x'})]\n"
+        "try:\n    f.register(Greedy())\n"
+        "except streamfix.PluginError as e:\n    print('refused', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert "refused" in out.stdout and "no longer passes unchanged" in out.stdout, out.stderr
 
 
 def test_leading_only_brace_is_allowed() -> None:

@@ -9,6 +9,7 @@ from .base import (
     OPAQUE,
     EndFinder,
     Format,
+    Plugin,
     RawCall,
     Reasoning,
     Residue,
@@ -16,7 +17,6 @@ from .base import (
 )
 from .registry import (
     Markers,
-    Plugin,
     all_formats,
     by_name,
     markers_for,

@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from ..context import ToolSpec
 from ..jsoncodec import loads as _json
+from ..spec import ToolSpec
 from ..toolargs import schema_types
 from .base import ABORT, Format, RawCall
 from .scan import Balanced, end_of_first

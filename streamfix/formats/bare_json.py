@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .base import ABORT, ARG_KEYS, NAME_KEYS, EndFinder, Format, RawCall
 from .hermes_tags import json_calls
 from .scan import Balanced

@@ -74,7 +74,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +137,11 @@ class Residue:
       and ``partials`` the prefixes of them that are held until the next
       text decides (anchored at the end of the text).
 
-    ``<|…|>`` and fullwidth ``<｜…｜>`` tokens need no declaration: any of
-    them is a special token.
+    - ``bars``: characters other than ``|`` that bar a family's special
+      tokens as ``|`` does in ``<|…|>`` (DeepSeek's fullwidth bar).
+
+    ``<|…|>`` tokens, and those barred by any family's ``bars``, need no
+    declaration one by one: any of them is a special token.
     """
 
     wrappers: tuple[str, ...] = ()
@@ -147,6 +150,11 @@ class Residue:
     headers: tuple[str, ...] = ()
     tokens: tuple[str, ...] = ()
     partials: tuple[str, ...] = ()
+    bars: tuple[str, ...] = ()
+
+    def barring(self) -> str:
+        """Every character that bars a special token: ``|``, then ``bars``."""
+        return "|" + "".join(b for b in self.bars if b != "|")
 
 
 #: Returned by ``EndFinder.feed`` when the region turns out not to be a
@@ -334,3 +342,15 @@ def resolve_name(name: str, tools: Mapping[str, ToolSpec]) -> str | None:
         if last in tools:
             return last
     return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Plugin:
+    """What one ``register`` call added (its ``name``: the module's or the
+    first format's), read like a format module; ``unregister`` takes it."""
+
+    name: str
+    FORMATS: tuple[Format, ...] = ()
+    REASONING: tuple[Reasoning, ...] = ()
+    RESIDUE: tuple[Residue, ...] = ()
+    REASONING_MODELS: tuple[str, ...] = ()

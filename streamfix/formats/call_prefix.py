@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .base import ABORT, EndFinder, Format, RawCall
 from .scan import Balanced
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ..toolargs import parse_call_args
 from .base import EndFinder, Format, RawCall, resolve_name
 from .scan import BalancedLine

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import loads
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker

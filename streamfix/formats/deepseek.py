@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall, Residue
 from .scan import UntilMarker
@@ -252,5 +252,6 @@ RESIDUE: list[Residue] = [
         wrappers=("invoke",),
         tokens=(r"</" + _BAR + r"DSML" + _BAR + r"[a-z_]{1,24}>",),
         partials=(r"</" + _BAR + r"[^\s<>]{0,40}\Z",),
+        bars=("｜",),  # any <｜…｜> token is a special token
     )
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .bare_json import HEAD_MAX, head_decision, names_an_offered_tool
 from .base import ABORT, OPAQUE, EndFinder, Format, RawCall
 from .code_call import code_call

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .base import EndFinder, Format, RawCall, Reasoning, Residue
 from .scan import END, Peek, Structural, literal
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import Json, Opt, Steps, loads, strip_trailer
 from .base import EndFinder, Format, RawCall, calls_from_value
 

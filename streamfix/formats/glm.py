@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import contiguous, strip_value, typed_value
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, resolve_name
 from .scan import tool_call_end

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
 from .base import EndFinder, Format, RawCall, Reasoning
 

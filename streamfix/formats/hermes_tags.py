@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ..toolargs import INVALID, parse_value
 from .base import EndFinder, Format, RawCall, Residue, calls_from_value, lead_shape
 from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end

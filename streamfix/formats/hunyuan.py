@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import contiguous
 from .base import EndFinder, Format, RawCall, lead_shape
 from .glm import kv_calls

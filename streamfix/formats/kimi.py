@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..context import ToolSpec
 from ..jsoncodec import loads as _json
+from ..spec import ToolSpec
 from ._family import contiguous, loads
 from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
 from .scan import END, JSON_ESCAPE, Peek, Structural, UntilMarker, literal

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import loads, python_calls
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .scan import UntilMarker

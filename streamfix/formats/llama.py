@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import Json, More, Opt, Steps, loads, python_calls, strip_trailer
 from .base import EndFinder, Format, RawCall, calls_from_value
 from .qwen_xml import function_shape

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import contiguous, loads, opens_with, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 from .scan import UntilMarker

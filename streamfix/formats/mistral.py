@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import Header, Json, Steps, loads
 from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
 

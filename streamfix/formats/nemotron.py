@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import loads, opens_with
 from .base import EndFinder, Format, RawCall, Residue, calls_from_value
 

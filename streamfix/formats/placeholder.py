@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .base import ABORT, EndFinder, Format, RawCall
 
 #: Longest placeholder read (``{{ name }}`` with generous blanks).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ..toolargs import call_node_args
 from ._family import dotted_name
 from .base import EndFinder, Format, RawCall

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, Residue, lead_shape
 from .scan import (
     END,

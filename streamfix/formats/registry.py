@@ -13,7 +13,8 @@ A user's shape joins the same lists without a fork: ``register(...)`` (a
 module with those lists, or ``Format``/``Reasoning``/``Residue`` objects),
 or an installed package's ``streamfix.formats`` entry point, loaded before
 the first request (``load_entry_points``). A registered format is treated
-exactly as a built-in one; it is checked first (``plugins.check``): a
+exactly as a built-in one; it is checked first (``rules.py``, and
+the measured checks the chain hands in, ``measure_with``): a
 format that breaks an invariant is refused with a ``PluginError`` that
 says which and why. Registering clears every cache built from the lists
 (the ones here, and those the steps registered with ``on_change``).
@@ -38,11 +39,12 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-from ..context import ToolSpec
 from ..errors import PluginError
-from .base import Format, Reasoning, Residue
+from ..spec import ToolSpec
+from .base import Format, Plugin, Reasoning, Residue
+from .rules import check_static
 
-_SKIP = frozenset({"base", "scan", "registry"})
+_SKIP = frozenset({"base", "scan", "registry", "rules"})
 
 log = logging.getLogger("streamfix.plugins")
 
@@ -52,29 +54,19 @@ ENTRY_POINTS = "streamfix.formats"
 
 @lru_cache(maxsize=1)
 def _modules() -> tuple[object, ...]:
-    from . import __path__ as pkg_path
-
     return tuple(
         importlib.import_module(f"{__package__}.{info.name}")
-        for info in pkgutil.iter_modules(pkg_path)
+        for info in pkgutil.iter_modules([os.path.dirname(__file__)])
         if info.name not in _SKIP and not info.name.startswith("_")
     )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Plugin:
-    """What one ``register`` call added (its ``name``: the module's or the
-    first format's), read like a format module; ``unregister`` takes it."""
-
-    name: str
-    FORMATS: tuple[Format, ...] = ()
-    REASONING: tuple[Reasoning, ...] = ()
-    RESIDUE: tuple[Residue, ...] = ()
-    REASONING_MODELS: tuple[str, ...] = ()
-
-
 _plugins: list[Plugin] = []
 _hooks: list[Callable[[], None]] = []
+#: The measured checks of a plugin, run with it in effect (``register``'s
+#: ``check``). The chain they run sits above the registry, so it hands
+#: them in (``plugins.py``, ``measure_with``) rather than being imported.
+_measures: list[Callable[[Plugin], None]] = []
 
 
 def _sources() -> tuple[object, ...]:
@@ -84,6 +76,13 @@ def _sources() -> tuple[object, ...]:
 def on_change(hook: Callable[[], None]) -> None:
     """Call ``hook`` whenever the lists change (a cache built from them)."""
     _hooks.append(hook)
+
+
+def measure_with(check: Callable[[Plugin], None]) -> None:
+    """Run ``check`` on each plugin registered with ``check=True``, with
+    it in effect; a ``PluginError`` it raises takes the plugin back."""
+    if check not in _measures:
+        _measures.append(check)
 
 
 def _changed() -> None:
@@ -143,17 +142,16 @@ def register(*items: Any, name: str | None = None, check: bool = True) -> Plugin
     built-in format module (``FORMATS``, ``REASONING``, ``RESIDUE``,
     ``REASONING_MODELS``), or ``Format`` objects (or classes), ``Reasoning``
     and ``Residue`` objects. Checked before it takes effect (``check``:
-    also against plain prose and code, ``plugins.check``); a refusal raises
-    ``PluginError`` and changes nothing. Returns what was added."""
-    from .. import plugins
-
+    also against plain prose and code, ``plugins.check_prose``); a refusal
+    raises ``PluginError`` and changes nothing. Returns what was added."""
     plugin = _plugin_of(items, name)
-    plugins.check_static(plugin, all_formats())
+    check_static(plugin, all_formats())
     _plugins.append(plugin)
     _changed()
     if check:
         try:
-            plugins.check_prose(plugin)
+            for measure in _measures:
+                measure(plugin)
         except BaseException:
             unregister(plugin)
             raise

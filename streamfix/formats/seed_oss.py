@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..context import ToolSpec
+from ..spec import ToolSpec
 from ._family import opens_with, strip_value, typed_value, xml_calls
 from .base import EndFinder, Format, RawCall, Residue
 

@@ -41,8 +41,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from ..context import Report, ToolSpec
+from ..context import Report
 from ..narrow import VectorCache
+from ..spec import ToolSpec
 from ..transforms.detect import matcher_for
 from . import record, tracing
 from .config import ConfigError, ServerConfig

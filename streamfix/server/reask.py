@@ -42,9 +42,10 @@ from typing import Any
 
 import orjson
 
-from ..context import Report, tools_of
+from ..context import Report
 from ..errors import UpstreamProtocolError
 from ..narrow import Decision, NarrowNote
+from ..spec import tools_of
 from ..sse import SSEDecoder
 from ..wire import Door
 from . import tracing

@@ -45,7 +45,8 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   closing tag never came is a call; an unfinished one under a ``length``
   finish is a cut-off call (``Report.truncated_call``; nothing shown, no
   call); otherwise markup or text as above.
-- **Unrecognised markup** (``<|…|>``, ``<｜…｜>``, ``<…tool…>`` tags,
+- **Unrecognised markup** (``<|…|>`` and the families' other barred
+  tokens, ``Residue.bars``; ``<…tool…>`` tags,
   ``[NAME]``…) left in released text is counted and sampled in the
   Report (the proxy's metrics read it); it is not stripped here (the
   residue stripper does that).
@@ -77,11 +78,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..context import Context, ToolSpec
+from ..context import Context
 from ..delta import Delta, ToolCall, take_each
 from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
-from ..formats.registry import on_change
+from ..formats.registry import all_residue, on_change
+from ..spec import ToolSpec
 from ..toolargs import coerce, dumps, to_object, validate
 from .codespans import CodeSpans
 
@@ -126,13 +128,21 @@ _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _WORD_CLASS = "[A-Za-z0-9_]"  # the characters of ``_WORD``
 _NOT_AFTER_WORD = f"(?<!{_WORD_CLASS})"
 
-#: Call syntax that no format recognised (counted and sampled, not stripped).
-UNRECOGNISED = re.compile(
-    r"<\|[^|<>\n]{1,48}\|>"
-    r"|<｜[^｜<>\n]{1,48}｜>"
-    r"|</?[A-Za-z_]*(?:tool|function)[A-Za-z_]*(?:[ =][^<>\n]{0,48})?>"
-    r"|\[/?(?:TOOL_[A-Z_]+|ARGS|CALL_ID|AVAILABLE_TOOLS|/?INST)\]"
-)
+
+def _unrecognised() -> re.Pattern[str]:
+    """Call syntax that no format recognised (counted and sampled, not
+    stripped): a ``<|…|>`` token or one barred by a family's other bar
+    (``Residue.bars``), a tool or function tag, a control bracket."""
+    barred = "".join(
+        f"<{e}[^{e}<>\\n]{{1,48}}{e}>|" for e in map(re.escape, all_residue().barring())
+    )
+    return re.compile(
+        barred + r"</?[A-Za-z_]*(?:tool|function)[A-Za-z_]*(?:[ =][^<>\n]{0,48})?>"
+        r"|\[/?(?:TOOL_[A-Z_]+|ARGS|CALL_ID|AVAILABLE_TOOLS|/?INST)\]"
+    )
+
+
+UNRECOGNISED = _unrecognised()
 #: UNRECOGNISED starts with ``<`` or ``[``: released text without them is
 #: not searched. Text kept between pieces so a token split over two chunks
 #: is still seen: at most this long.
@@ -491,9 +501,10 @@ _matchers: dict[tuple[str, ...], Matcher] = {}
 def _forget() -> None:
     """A format was registered or taken back: the registry's markers and
     every matcher are made anew."""
-    global _fixed
+    global _fixed, UNRECOGNISED
     _fixed = None
     _matchers.clear()
+    UNRECOGNISED = _unrecognised()
 
 
 on_change(_forget)

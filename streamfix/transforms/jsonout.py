@@ -56,6 +56,7 @@ import orjson
 
 from .. import jsoncodec, toolargs
 from ..delta import Delta
+from ..spec import JsonSpec
 from .jsonsyntax import JsonRewriter
 
 if TYPE_CHECKING:
@@ -71,32 +72,6 @@ _FENCE_OPEN = re.compile(r"(?:```|~~~)[ \t]*[A-Za-z0-9_+-]*[ \t]*\r?\n[ \t]*\Z")
 _FENCE_CLOSE = re.compile(r"\s*(?:```|~~~)\s*\Z")
 # a sentence that ends its line before the value: "Here is the data:\n"
 _PROSE_LINE = re.compile(r"[\s\S]*(?:\n[ \t]*|:[ \t]*)\Z")
-
-
-class JsonSpec(NamedTuple):
-    """What a request's ``response_format`` asks for."""
-
-    kind: str  # "json_object" or "json_schema"
-    schema: dict[str, Any] | None
-    strict: bool
-
-
-def json_spec(request: dict[str, Any] | None) -> JsonSpec | None:
-    """The JSON a request asks for, or None (then nothing here runs)."""
-    fmt = (request or {}).get("response_format")
-    if not isinstance(fmt, dict):
-        return None
-    kind = fmt.get("type")
-    if kind == "json_object":
-        return JsonSpec("json_object", None, False)
-    if kind != "json_schema":
-        return None
-    js = fmt.get("json_schema")
-    js = js if isinstance(js, dict) else {}
-    schema = js.get("schema")
-    return JsonSpec(
-        "json_schema", schema if isinstance(schema, dict) else None, js.get("strict") is True
-    )
 
 
 # -- the schema ------------------------------------------------------------

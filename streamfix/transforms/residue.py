@@ -6,8 +6,9 @@ request offered tools: a reply to a request without tools is never
 rewritten. It removes from ``content`` only what is unmistakably markup:
 
 - **special tokens**, leaked by a server that does not skip them: any
-  ``<|…|>`` or fullwidth ``<｜…｜>`` token (up to ``MAX_TOKEN``
-  characters, no spaces; a turn header with the role line after it),
+  ``<|…|>`` token, or one barred so by another character a family
+  declares (``Residue.bars``), up to ``MAX_TOKEN`` characters, no spaces
+  (a turn header with the role line after it),
   ``<name|>``, and the tokens the families declare
   in ``formats/`` (``RESIDUE``: bracketed control tokens such as
   ``[NAME]``, bare words such as ``<name>``, other whole
@@ -74,10 +75,18 @@ MAX_UNSETTLED: Final = 64
 _T = str(MAX_TOKEN)
 
 
+def _barred(families: Residue, body: str, close: str) -> str:
+    """``<BAR body BAR>`` for each bar (``close``: what may follow the body)."""
+    alts = []
+    for b in families.barring():
+        e = re.escape(b)
+        alts.append(e + r"[^\s" + e + r"<>]{" + body + "}" + e + close)
+    return "|".join(alts)
+
+
 def _cand(families: Residue) -> re.Pattern[str]:
     return re.compile(
-        r"<\|[^\s|<>]{1," + _T + r"}\|>"
-        r"|<｜[^\s｜<>]{1," + _T + r"}｜>"
+        "<(?:" + _barred(families, "1," + _T, ">") + ")"
         r"|\[(/?[A-Z_]{2,24})\]"
         r"|<(/?)([A-Za-z_:]{1,24})(?:=[^<>\n]{1,"
         + _T
@@ -90,9 +99,11 @@ def _cand(families: Residue) -> re.Pattern[str]:
 def _partial(families: Residue) -> re.Pattern[str]:
     """A suffix that could still grow into a candidate (held back)."""
     return re.compile(
-        r"<(?:\|[^\s|<>]{0," + _T + r"}\|?"
-        r"|｜[^\s｜<>]{0," + _T + r"}｜?"
-        r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0," + _T + r"}|\|)?"
+        "<(?:"
+        + _barred(families, "0," + _T, "?")
+        + r"|/?[A-Za-z_:]{0,24}(?:=[^<>\n]{0,"
+        + _T
+        + r"}|\|)?"
         r")?\Z"
         r"|\[/?[A-Z_]{0,24}\Z"
         r"|`{1,2}\Z" + "".join("|" + t for t in families.partials)
@@ -101,6 +112,7 @@ def _partial(families: Residue) -> re.Pattern[str]:
 
 _CAND = _cand(_FAMILIES)
 _PARTIAL = _partial(_FAMILIES)
+BARS = _FAMILIES.barring()
 #: Turn headers the families declare (``Residue.headers``): stripped with
 #: the role line after them, as a stray "assistant" would show users.
 HEADERS = frozenset(_FAMILIES.headers)
@@ -347,8 +359,9 @@ class ResidueStripper:
         """What a candidate match is: ``special_token``, ``open``,
         ``close``, or None (ordinary text)."""
         g = m.group()
-        if g[1] in "|｜" or g.endswith("|>") or m.group("token"):
-            # <|token|>, <｜token｜>, <tool_call|>, a token a family declares
+        if g[1] in BARS or g.endswith("|>") or m.group("token"):
+            # <|token|>, a token barred so by a family's bar, <tool_call|>,
+            # a token a family declares
             return "special_token"
         if g[0] == "[":
             return "special_token" if m.group(1) in BRACKET_TOKENS else None
@@ -426,7 +439,7 @@ class ResidueStripper:
 def _families_changed() -> None:
     """A format plugin was registered or taken back (``registry.on_change``):
     the tables above are made again from the families' declarations."""
-    global _FAMILIES, WRAPPERS, BRACKET_TOKENS, NAMED_TOKENS, HEADERS, _CAND, _PARTIAL
+    global _FAMILIES, WRAPPERS, BRACKET_TOKENS, NAMED_TOKENS, HEADERS, _CAND, _PARTIAL, BARS
     _FAMILIES = all_residue()
     WRAPPERS = frozenset(_FAMILIES.wrappers)
     BRACKET_TOKENS = frozenset(_FAMILIES.brackets)
@@ -434,6 +447,7 @@ def _families_changed() -> None:
     HEADERS = frozenset(_FAMILIES.headers)
     _CAND = _cand(_FAMILIES)
     _PARTIAL = _partial(_FAMILIES)
+    BARS = _FAMILIES.barring()
     _channel_ends.cache_clear()
 
 

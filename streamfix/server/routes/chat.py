@@ -48,8 +48,9 @@ from multidict import CIMultiDict
 
 from ... import jsoncodec
 from ...chain import Chain
-from ...context import Context, tools_of
+from ...context import Context
 from ...session import SSESession, error_event
+from ...spec import tools_of
 from ...wire import Door
 from .. import narrowing, record
 from ..caller.replies import calls_in, completion_to_sse
