@@ -399,10 +399,13 @@ async def _stream(
     tools: bool = True,
     first: list[float] | None = None,
     alike: tuple[str, str] | None = None,
+    first_byte: list[float] | None = None,
 ) -> int:
     """One stream; its latencies (chunk number, µs) into ``lat``: from the
     stamps, or with ``alike`` (the upstream's URL, an id) from the send
-    times the upstream kept for unstamped chunks."""
+    times the upstream kept for unstamped chunks. ``first``: µs from the
+    request to the first chunk of the upstream's text; ``first_byte``: to
+    the first byte of the body."""
     n = 0
     buf = b""
     text: list[str] = []
@@ -412,6 +415,9 @@ async def _stream(
     async with session.post(url + "/chat/completions", json=body) as r:
         async for part in r.content.iter_any():
             t = time.monotonic_ns()
+            if first_byte is not None:  # the first read of the body
+                first_byte.append((t - t_req) / 1000)
+                first_byte = None
             buf += part
             *events, buf = buf.split(b"\n\n")
             for ev in events:
@@ -696,6 +702,133 @@ async def _measure(
     return results
 
 
+#: Chunks per reply in the first-byte run (a short reply, as a chat turn's).
+FIRST_BYTE_CHUNKS = 30
+#: The first-byte run's lanes: requests without tools and with them.
+LANES = {"no_tools": False, "tools": True}
+
+
+async def _measure_first_byte(paths: dict[str, str], rounds: int, per_round: int) -> dict[str, Any]:
+    """What each proxy adds to the time to the first byte of a reply.
+
+    Every request is a new client connection (``force_close``: nothing is
+    reused between this client and any path; each proxy keeps its own
+    pooled connections to the upstream, as it would in service). Replies
+    are ``FIRST_BYTE_CHUNKS`` chunks sent unpaced, read whole and checked.
+    In each round the lanes and paths take turns request by request (the
+    order of the paths rotating), so a slow moment falls on all alike; a
+    path's figure per lane is the median over rounds of its round's
+    median. Added = the path's figure minus the direct path's; the ratio
+    is streamfix's added over the byte copy's.
+    """
+    names = list(paths)
+    conn = aiohttp.TCPConnector(limit=0, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, headers=UI_KEY) as session:
+        check = _Check()
+        counts: list[int] = []
+
+        async def one(name: str, tools: bool, byte: list[float], chunk: list[float]) -> None:
+            counts.append(
+                await _stream(
+                    session,
+                    paths[name],
+                    FIRST_BYTE_CHUNKS,
+                    0,
+                    None,
+                    check,
+                    tools,
+                    first=chunk,
+                    first_byte=byte,
+                )
+            )
+
+        for name in names:  # warm: the tool set's matcher, the pools, imports
+            for tools in LANES.values():
+                for _ in range(3):
+                    await one(name, tools, [], [])
+        counts.clear()
+        per: dict[str, dict[str, dict[str, list[float]]]] = {
+            lane: {name: {"byte": [], "chunk": []} for name in names} for lane in LANES
+        }
+        for _ in range(rounds):
+            got: dict[str, dict[str, tuple[list[float], list[float]]]] = {
+                lane: {name: ([], []) for name in names} for lane in LANES
+            }
+            for i in range(per_round):
+                order = names[i % len(names) :] + names[: i % len(names)]
+                for lane, tools in LANES.items():
+                    for name in order:
+                        byte, chunk = got[lane][name]
+                        await one(name, tools, byte, chunk)
+            for lane in LANES:
+                for name in names:
+                    byte, chunk = got[lane][name]
+                    per[lane][name]["byte"].append(statistics.median(byte))
+                    per[lane][name]["chunk"].append(statistics.median(chunk))
+    out: dict[str, Any] = {
+        "rounds": rounds,
+        "requests_per_round": per_round,
+        "chunks": FIRST_BYTE_CHUNKS,
+        "complete": all(c == FIRST_BYTE_CHUNKS for c in counts) and not check.bad_text,
+        "vendor_mismatches": check.bad,
+    }
+    for lane in LANES:
+        med = {
+            name: {k: statistics.median(v) for k, v in per[lane][name].items()} for name in names
+        }
+        added = {
+            name: med[name]["byte"] - med["direct"]["byte"] for name in names if name != "direct"
+        }
+        added_chunk = {
+            name: med[name]["chunk"] - med["direct"]["chunk"] for name in names if name != "direct"
+        }
+        # the ratio of each round on its own: the spread behind the median
+        byrounds = [
+            (sf - d) / (pt - d) if pt > d else float("nan")
+            for d, pt, sf in zip(
+                per[lane]["direct"]["byte"],
+                per[lane]["passthrough"]["byte"],
+                per[lane]["streamfix"]["byte"],
+                strict=True,
+            )
+        ]
+        pt_added = added["passthrough"]
+        out[lane] = {
+            "first_byte_us": {name: med[name]["byte"] for name in names},
+            "first_chunk_us": {name: med[name]["chunk"] for name in names},
+            "added_us": added,
+            "added_first_chunk_us": added_chunk,
+            "ratio": added["streamfix"] / pt_added if pt_added > 0 else float("nan"),
+            "ratio_first_chunk": (
+                added_chunk["streamfix"] / added_chunk["passthrough"]
+                if added_chunk["passthrough"] > 0
+                else float("nan")
+            ),
+            "round_ratios": byrounds,
+        }
+    return out
+
+
+def _print_first_byte(fb: dict[str, Any]) -> None:
+    print(
+        f"time to first byte, a new connection per request, {fb['chunks']}-chunk replies, "
+        f"medians of {fb['rounds']} rounds x {fb['requests_per_round']} requests per path "
+        f"and lane; replies complete: {fb['complete']}"
+    )
+    for lane in LANES:
+        r = fb[lane]
+        a, ac = r["added_us"], r["added_first_chunk_us"]
+        spread = ", ".join(f"{x:.2f}" for x in r["round_ratios"])
+        print(
+            f"  {lane.replace('_', ' ')}: direct {r['first_byte_us']['direct'] / 1000:.2f} ms; "
+            f"added: passthrough {a['passthrough'] / 1000:.2f} ms, streamfix "
+            f"{a['streamfix'] / 1000:.2f} ms = {r['ratio']:.2f}x (target <= 1.5; rounds "
+            f"{spread}); to the first text chunk {ac['passthrough'] / 1000:.2f} vs "
+            f"{ac['streamfix'] / 1000:.2f} ms ({r['ratio_first_chunk']:.2f}x)"
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -735,6 +868,18 @@ def main() -> int:
         "--ui", action="store_true", help="streamfix with --ui (and a key), /ui read every second"
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument(
+        "--first-byte-only",
+        action="store_true",
+        help="only the time to first byte (new connection per request, with and without tools)",
+    )
+    p.add_argument("--first-byte-rounds", type=int, default=5, help="rounds of the first-byte run")
+    p.add_argument(
+        "--first-byte-requests",
+        type=int,
+        default=20,
+        help="first-byte requests per path, lane and round",
+    )
     p.add_argument(
         "--traces",
         action="store_true",
@@ -821,6 +966,9 @@ def main() -> int:
         deadline = time.monotonic() + 20
         for url in paths.values():
             await _wait(url, deadline)
+        fb_args = (args.first_byte_rounds, args.first_byte_requests)
+        if args.first_byte_only:
+            return {"first_byte": await _measure_first_byte(paths, *fb_args)}
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
         if args.traces:
             pids["traced"] = procs[3].pid
@@ -831,6 +979,7 @@ def main() -> int:
             if watch.done():
                 watch.result()  # the page failed: say so
             watch.cancel()
+        res["first_byte"] = await _measure_first_byte(paths, *fb_args)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         if args.traces:
             await asyncio.sleep(6)  # the batch processor's schedule (5 s): the last spans out
@@ -849,6 +998,14 @@ def main() -> int:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    first_byte = results.pop("first_byte")
+    if args.first_byte_only:
+        first_byte["seconds"] = time.monotonic() - t0
+        if args.json:
+            print(json.dumps({"first_byte": first_byte}, indent=2))
+        else:
+            _print_first_byte(first_byte)
+        return 0
     chain = results.pop("chain")
     otlp_got = results.pop("otlp", None)
     doors = {door: results.pop(door) for door in DOORS if door in results}
@@ -881,6 +1038,7 @@ def main() -> int:
         ),
         "seconds": time.monotonic() - t0,
         "chain": chain,
+        "first_byte": first_byte,
         "doors": doors,
         "doors_meet_target": all(
             r["added_ratio"] <= 1.3 and r["complete"] and not r["text_mismatches"]
@@ -977,6 +1135,7 @@ def main() -> int:
             f"alike {t['alike_latency_ratio_p50']:.2f}x), throughput "
             f"{t['throughput_ratio']:.2f}x; OTLP receiver got {t['received']}"
         )
+    _print_first_byte(first_byte)
     print(f"targets met: {summary['meets_targets']}  ({summary['seconds']:.1f} s)")
     return 0
 
