@@ -708,13 +708,16 @@ FIRST_BYTE_CHUNKS = 30
 LANES = {"no_tools": False, "tools": True}
 
 
-async def _measure_first_byte(paths: dict[str, str], rounds: int, per_round: int) -> dict[str, Any]:
+async def _measure_first_byte(
+    paths: dict[str, str], rounds: int, per_round: int, pace_ms: float = 0
+) -> dict[str, Any]:
     """What each proxy adds to the time to the first byte of a reply.
 
     Every request is a new client connection (``force_close``: nothing is
     reused between this client and any path; each proxy keeps its own
     pooled connections to the upstream, as it would in service). Replies
-    are ``FIRST_BYTE_CHUNKS`` chunks sent unpaced, read whole and checked.
+    are ``FIRST_BYTE_CHUNKS`` chunks, read whole and checked, sent unpaced
+    (``pace_ms``: one per that many ms, after the role chunk at once).
     In each round the lanes and paths take turns request by request (the
     order of the paths rotating), so a slow moment falls on all alike; a
     path's figure per lane is the median over rounds of its round's
@@ -734,7 +737,7 @@ async def _measure_first_byte(paths: dict[str, str], rounds: int, per_round: int
                     session,
                     paths[name],
                     FIRST_BYTE_CHUNKS,
-                    0,
+                    pace_ms,
                     None,
                     check,
                     tools,
@@ -770,6 +773,7 @@ async def _measure_first_byte(paths: dict[str, str], rounds: int, per_round: int
         "rounds": rounds,
         "requests_per_round": per_round,
         "chunks": FIRST_BYTE_CHUNKS,
+        "pace_ms": pace_ms,
         "complete": all(c == FIRST_BYTE_CHUNKS for c in counts) and not check.bad_text,
         "vendor_mismatches": check.bad,
     }
@@ -812,7 +816,8 @@ async def _measure_first_byte(paths: dict[str, str], rounds: int, per_round: int
 
 def _print_first_byte(fb: dict[str, Any]) -> None:
     print(
-        f"time to first byte, a new connection per request, {fb['chunks']}-chunk replies, "
+        f"time to first byte, a new connection per request, {fb['chunks']}-chunk replies "
+        f"({f'one per {pace} ms' if (pace := fb['pace_ms']) else 'unpaced'}), "
         f"medians of {fb['rounds']} rounds x {fb['requests_per_round']} requests per path "
         f"and lane; replies complete: {fb['complete']}"
     )
@@ -873,11 +878,17 @@ def main() -> int:
         action="store_true",
         help="only the time to first byte (new connection per request, with and without tools)",
     )
-    p.add_argument("--first-byte-rounds", type=int, default=5, help="rounds of the first-byte run")
+    p.add_argument("--first-byte-rounds", type=int, default=9, help="rounds of the first-byte run")
+    p.add_argument(
+        "--first-byte-pace",
+        type=float,
+        default=0.0,
+        help="ms between the first-byte run's chunks (default: unpaced)",
+    )
     p.add_argument(
         "--first-byte-requests",
         type=int,
-        default=20,
+        default=30,
         help="first-byte requests per path, lane and round",
     )
     p.add_argument(
@@ -966,7 +977,7 @@ def main() -> int:
         deadline = time.monotonic() + 20
         for url in paths.values():
             await _wait(url, deadline)
-        fb_args = (args.first_byte_rounds, args.first_byte_requests)
+        fb_args = (args.first_byte_rounds, args.first_byte_requests, args.first_byte_pace)
         if args.first_byte_only:
             return {"first_byte": await _measure_first_byte(paths, *fb_args)}
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
