@@ -33,6 +33,18 @@ event loop, no repair), and ``streamfix serve``. In one run:
   The bench parameters reach the upstream in an ``X-Bench`` header, which
   the proxy forwards (the doors' translation keeps no unknown body field).
 
+- **Time to first byte** (``--first-byte-only``: this alone, ~10 s).
+  A new client connection per request (nothing reused between the client
+  and any path; each proxy keeps its pooled connections to the upstream),
+  30-chunk replies sent unpaced (``--first-byte-pace``: one chunk per
+  that many ms after the role chunk), with and without ``tools``, the
+  lanes and the paths taking turns request by request in each round.
+  Reported per lane: what each proxy adds over direct to the time from
+  sending the request to the first body byte (the median over rounds of
+  each round's median), streamfix's as a multiple of the byte copy's
+  (target: within 1.5x), the same to the first text chunk, and the CPU
+  each proxy process spent per request.
+
 ``--traces``: a second ``streamfix serve`` with ``--traces``, exporting
 over OTLP/HTTP to a receiver on loopback (a fourth process, which counts
 what it gets), measured in the same rounds as a fourth path; reported:
@@ -80,7 +92,7 @@ from streamfix.tools.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -524,7 +536,7 @@ async def _door_stream(
     checked, and with ``alike`` their latencies into ``lat`` (as
     ``_stream`` does for chat chunks)."""
     path, marker = DOORS[door]
-    bench = {"x_chunks": chunks, "x_pace_ms": pace_ms, "x_logprobs": False}
+    bench: dict[str, Any] = {"x_chunks": chunks, "x_pace_ms": pace_ms, "x_logprobs": False}
     bench["x_reasoning"] = False
     if alike is not None:
         bench["x_alike"] = alike[1]
@@ -704,12 +716,19 @@ async def _measure(
 
 #: Chunks per reply in the first-byte run (a short reply, as a chat turn's).
 FIRST_BYTE_CHUNKS = 30
+#: Requests per path and lane before the first-byte run's rounds (with 3,
+#: streamfix's ratio ran higher in the first rounds than in the later ones).
+WARM_REQUESTS = 20
 #: The first-byte run's lanes: requests without tools and with them.
 LANES = {"no_tools": False, "tools": True}
 
 
 async def _measure_first_byte(
-    paths: dict[str, str], rounds: int, per_round: int, pace_ms: float = 0
+    paths: dict[str, str],
+    rounds: int,
+    per_round: int,
+    pace_ms: float = 0,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """What each proxy adds to the time to the first byte of a reply.
 
@@ -722,7 +741,9 @@ async def _measure_first_byte(
     order of the paths rotating), so a slow moment falls on all alike; a
     path's figure per lane is the median over rounds of its round's
     median. Added = the path's figure minus the direct path's; the ratio
-    is streamfix's added over the byte copy's.
+    is streamfix's added over the byte copy's. With ``pids``, the CPU
+    each proxy process spent per request over the run (both lanes; robust
+    to other load, unlike the times).
     """
     names = list(paths)
     conn = aiohttp.TCPConnector(limit=0, force_close=True)
@@ -746,11 +767,13 @@ async def _measure_first_byte(
                 )
             )
 
-        for name in names:  # warm: the tool set's matcher, the pools, imports
-            for tools in LANES.values():
-                for _ in range(3):
+        for _ in range(WARM_REQUESTS):  # warm: the tool set's matcher, the pools, imports
+            for name in names:
+                for tools in LANES.values():
                     await one(name, tools, [], [])
         counts.clear()
+        pids = pids or {}
+        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         per: dict[str, dict[str, dict[str, list[float]]]] = {
             lane: {name: {"byte": [], "chunk": []} for name in names} for lane in LANES
         }
@@ -769,6 +792,13 @@ async def _measure_first_byte(
                     byte, chunk = got[lane][name]
                     per[lane][name]["byte"].append(statistics.median(byte))
                     per[lane][name]["chunk"].append(statistics.median(chunk))
+        cpu1 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    asked = rounds * per_round * len(LANES)
+    cpu_us: dict[str, float] = {}
+    for name in pids:
+        before, after = cpu0[name], cpu1[name]
+        if before is not None and after is not None:
+            cpu_us[name] = (after - before) / asked * 1e6
     out: dict[str, Any] = {
         "rounds": rounds,
         "requests_per_round": per_round,
@@ -776,6 +806,7 @@ async def _measure_first_byte(
         "pace_ms": pace_ms,
         "complete": all(c == FIRST_BYTE_CHUNKS for c in counts) and not check.bad_text,
         "vendor_mismatches": check.bad,
+        "proxy_cpu_us_per_request": cpu_us,
     }
     for lane in LANES:
         med = {
@@ -831,6 +862,12 @@ def _print_first_byte(fb: dict[str, Any]) -> None:
             f"{a['streamfix'] / 1000:.2f} ms = {r['ratio']:.2f}x (target <= 1.5; rounds "
             f"{spread}); to the first text chunk {ac['passthrough'] / 1000:.2f} vs "
             f"{ac['streamfix'] / 1000:.2f} ms ({r['ratio_first_chunk']:.2f}x)"
+        )
+    cpu = fb["proxy_cpu_us_per_request"]
+    if "passthrough" in cpu and "streamfix" in cpu:
+        print(
+            f"  proxy CPU per request (both lanes): passthrough {cpu['passthrough']:.0f} µs, "
+            f"streamfix {cpu['streamfix']:.0f} µs ({cpu['streamfix'] / cpu['passthrough']:.2f}x)"
         )
 
 
@@ -978,9 +1015,9 @@ def main() -> int:
         for url in paths.values():
             await _wait(url, deadline)
         fb_args = (args.first_byte_rounds, args.first_byte_requests, args.first_byte_pace)
-        if args.first_byte_only:
-            return {"first_byte": await _measure_first_byte(paths, *fb_args)}
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
+        if args.first_byte_only:
+            return {"first_byte": await _measure_first_byte(paths, *fb_args, pids)}
         if args.traces:
             pids["traced"] = procs[3].pid
         root = paths["traced" if both else "streamfix"].removesuffix("/v1")
@@ -990,7 +1027,7 @@ def main() -> int:
             if watch.done():
                 watch.result()  # the page failed: say so
             watch.cancel()
-        res["first_byte"] = await _measure_first_byte(paths, *fb_args)
+        res["first_byte"] = await _measure_first_byte(paths, *fb_args, pids)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         if args.traces:
             await asyncio.sleep(6)  # the batch processor's schedule (5 s): the last spans out
