@@ -33,6 +33,18 @@ event loop, no repair), and ``streamfix serve``. In one run:
   The bench parameters reach the upstream in an ``X-Bench`` header, which
   the proxy forwards (the doors' translation keeps no unknown body field).
 
+- **Time to first byte** (``--first-byte-only``: this alone, ~10 s).
+  A new client connection per request (nothing reused between the client
+  and any path; each proxy keeps its pooled connections to the upstream),
+  30-chunk replies sent unpaced (``--first-byte-pace``: one chunk per
+  that many ms after the role chunk), with and without ``tools``, the
+  lanes and the paths taking turns request by request in each round.
+  Reported per lane: what each proxy adds over direct to the time from
+  sending the request to the first body byte (the median over rounds of
+  each round's median), streamfix's as a multiple of the byte copy's
+  (target: within 1.5x), the same to the first text chunk, and the CPU
+  each proxy process spent per request.
+
 ``--traces``: a second ``streamfix serve`` with ``--traces``, exporting
 over OTLP/HTTP to a receiver on loopback (a fourth process, which counts
 what it gets), measured in the same rounds as a fourth path; reported:
@@ -80,7 +92,7 @@ from streamfix.tools.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -399,10 +411,13 @@ async def _stream(
     tools: bool = True,
     first: list[float] | None = None,
     alike: tuple[str, str] | None = None,
+    first_byte: list[float] | None = None,
 ) -> int:
     """One stream; its latencies (chunk number, µs) into ``lat``: from the
     stamps, or with ``alike`` (the upstream's URL, an id) from the send
-    times the upstream kept for unstamped chunks."""
+    times the upstream kept for unstamped chunks. ``first``: µs from the
+    request to the first chunk of the upstream's text; ``first_byte``: to
+    the first byte of the body."""
     n = 0
     buf = b""
     text: list[str] = []
@@ -412,6 +427,9 @@ async def _stream(
     async with session.post(url + "/chat/completions", json=body) as r:
         async for part in r.content.iter_any():
             t = time.monotonic_ns()
+            if first_byte is not None:  # the first read of the body
+                first_byte.append((t - t_req) / 1000)
+                first_byte = None
             buf += part
             *events, buf = buf.split(b"\n\n")
             for ev in events:
@@ -518,7 +536,7 @@ async def _door_stream(
     checked, and with ``alike`` their latencies into ``lat`` (as
     ``_stream`` does for chat chunks)."""
     path, marker = DOORS[door]
-    bench = {"x_chunks": chunks, "x_pace_ms": pace_ms, "x_logprobs": False}
+    bench: dict[str, Any] = {"x_chunks": chunks, "x_pace_ms": pace_ms, "x_logprobs": False}
     bench["x_reasoning"] = False
     if alike is not None:
         bench["x_alike"] = alike[1]
@@ -696,6 +714,163 @@ async def _measure(
     return results
 
 
+#: Chunks per reply in the first-byte run (a short reply, as a chat turn's).
+FIRST_BYTE_CHUNKS = 30
+#: Requests per path and lane before the first-byte run's rounds (with 3,
+#: streamfix's ratio ran higher in the first rounds than in the later ones).
+WARM_REQUESTS = 20
+#: The first-byte run's lanes: requests without tools and with them.
+LANES = {"no_tools": False, "tools": True}
+
+
+async def _measure_first_byte(
+    paths: dict[str, str],
+    rounds: int,
+    per_round: int,
+    pace_ms: float = 0,
+    pids: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """What each proxy adds to the time to the first byte of a reply.
+
+    Every request is a new client connection (``force_close``: nothing is
+    reused between this client and any path; each proxy keeps its own
+    pooled connections to the upstream, as it would in service). Replies
+    are ``FIRST_BYTE_CHUNKS`` chunks, read whole and checked, sent unpaced
+    (``pace_ms``: one per that many ms, after the role chunk at once).
+    In each round the lanes and paths take turns request by request (the
+    order of the paths rotating), so a slow moment falls on all alike; a
+    path's figure per lane is the median over rounds of its round's
+    median. Added = the path's figure minus the direct path's; the ratio
+    is streamfix's added over the byte copy's. With ``pids``, the CPU
+    each proxy process spent per request over the run (both lanes; robust
+    to other load, unlike the times).
+    """
+    names = list(paths)
+    conn = aiohttp.TCPConnector(limit=0, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, headers=UI_KEY) as session:
+        check = _Check()
+        counts: list[int] = []
+
+        async def one(name: str, tools: bool, byte: list[float], chunk: list[float]) -> None:
+            counts.append(
+                await _stream(
+                    session,
+                    paths[name],
+                    FIRST_BYTE_CHUNKS,
+                    pace_ms,
+                    None,
+                    check,
+                    tools,
+                    first=chunk,
+                    first_byte=byte,
+                )
+            )
+
+        for _ in range(WARM_REQUESTS):  # warm: the tool set's matcher, the pools, imports
+            for name in names:
+                for tools in LANES.values():
+                    await one(name, tools, [], [])
+        counts.clear()
+        pids = pids or {}
+        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        per: dict[str, dict[str, dict[str, list[float]]]] = {
+            lane: {name: {"byte": [], "chunk": []} for name in names} for lane in LANES
+        }
+        for _ in range(rounds):
+            got: dict[str, dict[str, tuple[list[float], list[float]]]] = {
+                lane: {name: ([], []) for name in names} for lane in LANES
+            }
+            for i in range(per_round):
+                order = names[i % len(names) :] + names[: i % len(names)]
+                for lane, tools in LANES.items():
+                    for name in order:
+                        byte, chunk = got[lane][name]
+                        await one(name, tools, byte, chunk)
+            for lane in LANES:
+                for name in names:
+                    byte, chunk = got[lane][name]
+                    per[lane][name]["byte"].append(statistics.median(byte))
+                    per[lane][name]["chunk"].append(statistics.median(chunk))
+        cpu1 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    asked = rounds * per_round * len(LANES)
+    cpu_us: dict[str, float] = {}
+    for name in pids:
+        before, after = cpu0[name], cpu1[name]
+        if before is not None and after is not None:
+            cpu_us[name] = (after - before) / asked * 1e6
+    out: dict[str, Any] = {
+        "rounds": rounds,
+        "requests_per_round": per_round,
+        "chunks": FIRST_BYTE_CHUNKS,
+        "pace_ms": pace_ms,
+        "complete": all(c == FIRST_BYTE_CHUNKS for c in counts) and not check.bad_text,
+        "vendor_mismatches": check.bad,
+        "proxy_cpu_us_per_request": cpu_us,
+    }
+    for lane in LANES:
+        med = {
+            name: {k: statistics.median(v) for k, v in per[lane][name].items()} for name in names
+        }
+        added = {
+            name: med[name]["byte"] - med["direct"]["byte"] for name in names if name != "direct"
+        }
+        added_chunk = {
+            name: med[name]["chunk"] - med["direct"]["chunk"] for name in names if name != "direct"
+        }
+        # the ratio of each round on its own: the spread behind the median
+        byrounds = [
+            (sf - d) / (pt - d) if pt > d else float("nan")
+            for d, pt, sf in zip(
+                per[lane]["direct"]["byte"],
+                per[lane]["passthrough"]["byte"],
+                per[lane]["streamfix"]["byte"],
+                strict=True,
+            )
+        ]
+        pt_added = added["passthrough"]
+        out[lane] = {
+            "first_byte_us": {name: med[name]["byte"] for name in names},
+            "first_chunk_us": {name: med[name]["chunk"] for name in names},
+            "added_us": added,
+            "added_first_chunk_us": added_chunk,
+            "ratio": added["streamfix"] / pt_added if pt_added > 0 else float("nan"),
+            "ratio_first_chunk": (
+                added_chunk["streamfix"] / added_chunk["passthrough"]
+                if added_chunk["passthrough"] > 0
+                else float("nan")
+            ),
+            "round_ratios": byrounds,
+        }
+    return out
+
+
+def _print_first_byte(fb: dict[str, Any]) -> None:
+    print(
+        f"time to first byte, a new connection per request, {fb['chunks']}-chunk replies "
+        f"({f'one per {pace} ms' if (pace := fb['pace_ms']) else 'unpaced'}), "
+        f"medians of {fb['rounds']} rounds x {fb['requests_per_round']} requests per path "
+        f"and lane; replies complete: {fb['complete']}"
+    )
+    for lane in LANES:
+        r = fb[lane]
+        a, ac = r["added_us"], r["added_first_chunk_us"]
+        spread = ", ".join(f"{x:.2f}" for x in r["round_ratios"])
+        print(
+            f"  {lane.replace('_', ' ')}: direct {r['first_byte_us']['direct'] / 1000:.2f} ms; "
+            f"added: passthrough {a['passthrough'] / 1000:.2f} ms, streamfix "
+            f"{a['streamfix'] / 1000:.2f} ms = {r['ratio']:.2f}x (target <= 1.5; rounds "
+            f"{spread}); to the first text chunk {ac['passthrough'] / 1000:.2f} vs "
+            f"{ac['streamfix'] / 1000:.2f} ms ({r['ratio_first_chunk']:.2f}x)"
+        )
+    cpu = fb["proxy_cpu_us_per_request"]
+    if "passthrough" in cpu and "streamfix" in cpu:
+        print(
+            f"  proxy CPU per request (both lanes): passthrough {cpu['passthrough']:.0f} µs, "
+            f"streamfix {cpu['streamfix']:.0f} µs ({cpu['streamfix'] / cpu['passthrough']:.2f}x)"
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -735,6 +910,24 @@ def main() -> int:
         "--ui", action="store_true", help="streamfix with --ui (and a key), /ui read every second"
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument(
+        "--first-byte-only",
+        action="store_true",
+        help="only the time to first byte (new connection per request, with and without tools)",
+    )
+    p.add_argument("--first-byte-rounds", type=int, default=9, help="rounds of the first-byte run")
+    p.add_argument(
+        "--first-byte-pace",
+        type=float,
+        default=0.0,
+        help="ms between the first-byte run's chunks (default: unpaced)",
+    )
+    p.add_argument(
+        "--first-byte-requests",
+        type=int,
+        default=30,
+        help="first-byte requests per path, lane and round",
+    )
     p.add_argument(
         "--traces",
         action="store_true",
@@ -821,7 +1014,10 @@ def main() -> int:
         deadline = time.monotonic() + 20
         for url in paths.values():
             await _wait(url, deadline)
+        fb_args = (args.first_byte_rounds, args.first_byte_requests, args.first_byte_pace)
         pids = {"passthrough": procs[1].pid, "streamfix": procs[2].pid}
+        if args.first_byte_only:
+            return {"first_byte": await _measure_first_byte(paths, *fb_args, pids)}
         if args.traces:
             pids["traced"] = procs[3].pid
         root = paths["traced" if both else "streamfix"].removesuffix("/v1")
@@ -831,6 +1027,7 @@ def main() -> int:
             if watch.done():
                 watch.result()  # the page failed: say so
             watch.cancel()
+        res["first_byte"] = await _measure_first_byte(paths, *fb_args, pids)
         res["chain"] = await _chain_time(f"http://127.0.0.1:{ports['streamfix']}/metrics")
         if args.traces:
             await asyncio.sleep(6)  # the batch processor's schedule (5 s): the last spans out
@@ -849,6 +1046,14 @@ def main() -> int:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    first_byte = results.pop("first_byte")
+    if args.first_byte_only:
+        first_byte["seconds"] = time.monotonic() - t0
+        if args.json:
+            print(json.dumps({"first_byte": first_byte}, indent=2))
+        else:
+            _print_first_byte(first_byte)
+        return 0
     chain = results.pop("chain")
     otlp_got = results.pop("otlp", None)
     doors = {door: results.pop(door) for door in DOORS if door in results}
@@ -881,6 +1086,7 @@ def main() -> int:
         ),
         "seconds": time.monotonic() - t0,
         "chain": chain,
+        "first_byte": first_byte,
         "doors": doors,
         "doors_meet_target": all(
             r["added_ratio"] <= 1.3 and r["complete"] and not r["text_mismatches"]
@@ -977,6 +1183,7 @@ def main() -> int:
             f"alike {t['alike_latency_ratio_p50']:.2f}x), throughput "
             f"{t['throughput_ratio']:.2f}x; OTLP receiver got {t['received']}"
         )
+    _print_first_byte(first_byte)
     print(f"targets met: {summary['meets_targets']}  ({summary['seconds']:.1f} s)")
     return 0
 

@@ -86,6 +86,15 @@ HOP_BY_HOP = frozenset(
 #: Cookie fields: never forwarded, never relayed (module doc).
 COOKIES = frozenset({"cookie", "cookie2", "set-cookie", "set-cookie2"})
 
+#: A client's fields never sent upstream as they are: the hop-by-hop ones,
+#: cookies, and its credentials (``forward_headers`` sets the row's key or
+#: forwards the client's as ``Authorization``). Built once: the set is
+#: asked of every field of every request.
+_NOT_FORWARDED = HOP_BY_HOP | COOKIES | {"authorization", "x-api-key"}
+#: An upstream's fields never relayed: those and the framing ones the
+#: proxy sets itself.
+_NOT_RELAYED = HOP_BY_HOP | COOKIES | {"content-type", "date", "server"}
+
 #: Upstream statuses worth another upstream or a retry.
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -150,6 +159,7 @@ class Upstream:
         "info",
         "label",
         "learned",
+        "name",
         "rested_until",
         "went_500",
     )
@@ -159,6 +169,9 @@ class Upstream:
         reload): what was probed and learned of it carries over, except
         learned windows where the new configuration sets one (it wins)."""
         self.cfg = cfg
+        #: ``cfg.name``, kept: it is read for every request (metrics, logs),
+        #: and each reading parses the URL.
+        self.name = cfg.name
         self.info = UpstreamInfo(window=cfg.window, engine=None, reasoning=cfg.reasoning)
         self.rested_until = 0.0
         self.failures = 0
@@ -188,10 +201,6 @@ class Upstream:
     def probed(self) -> bool:
         """Whether a probe taught anything about the backend."""
         return self.info.engine is not None or self.info.window is not None
-
-    @property
-    def name(self) -> str:
-        return self.cfg.name
 
     @property
     def window(self) -> int | None:
@@ -340,16 +349,14 @@ def forward_headers(
     client: Mapping[str, str], up: Upstream, *, forward_auth: bool
 ) -> CIMultiDict[str]:
     """The headers to send upstream (see module docstring)."""
-    drop = set(HOP_BY_HOP)
+    skip = _NOT_FORWARDED
     conn = client.get("Connection")
-    if conn:
-        drop.update(t.strip().lower() for t in conn.split(","))
+    if conn:  # fields the client named hop-by-hop
+        skip = skip | {t.strip().lower() for t in conn.split(",")}
     out: CIMultiDict[str] = CIMultiDict()
     for k, v in client.items():
-        lk = k.lower()
-        if lk in drop or lk in COOKIES or lk in ("authorization", "x-api-key"):
-            continue
-        out.add(k, v)
+        if k.lower() not in skip:
+            out.add(k, v)
     if up.cfg.has_credentials:
         pass  # user:password in the URL: aiohttp sends it as Basic auth
     elif up.cfg.api_key:
@@ -365,7 +372,7 @@ def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     """Upstream response headers worth relaying (not hop-by-hop, not the
     framing ones that the proxy sets itself, no cookie)."""
     out: CIMultiDict[str] = CIMultiDict()
-    skip = HOP_BY_HOP | COOKIES | {"content-type", "date", "server"}
+    skip = _NOT_RELAYED
     conn = upstream.get("Connection")
     if conn:  # fields the upstream named hop-by-hop (RFC 9110 §7.6.1)
         skip = skip | {t.strip().lower() for t in conn.split(",")}
