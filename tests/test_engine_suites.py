@@ -61,6 +61,8 @@ def request_for(case: dict[str, Any]) -> dict[str, Any]:
         req["tools"] = case["tools"]
     if "thinking" in options:
         req["chat_template_kwargs"] = {"enable_thinking": options["thinking"]}
+    if "tool_choice" in options:
+        req["tool_choice"] = options["tool_choice"]
     if "reasoning_effort" in options:
         req["reasoning_effort"] = options["reasoning_effort"]
     return req
