@@ -12,9 +12,10 @@ expected content, reasoning and calls (names, and arguments as parsed JSON).
 Text is compared strictly, as canitoolcall's check does (an empty string is
 no text), except where the engine's own test ignores whitespace at the ends
 of content and reasoning (llama.cpp's ``assert_msg_equals`` strips both):
-such a case says ``"whitespace": "ends"`` in its options. Cases streamfix does differently are listed with the reason in
-``tests/engine_known.py``; they must fail (strictly: a listed case that
-starts passing fails here until it leaves the list).
+such a case says ``"whitespace": "ends"`` in its options. Cases streamfix
+does differently are listed with the reason in ``tests/engine_known.py``;
+they must fail (strictly: a listed case that starts passing fails here until
+it leaves the list).
 
 ``python -m tests.test_engine_suites`` prints the counts per engine and per
 family, and the differences grouped by reason (``-v``: each failure).
@@ -93,7 +94,7 @@ def parse_whole(case: dict[str, Any]) -> Parse:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": case["text"]},
-                "finish_reason": "stop",
+                "finish_reason": finish_of(case),
             }
         ],
     }
@@ -106,18 +107,23 @@ def parse_whole(case: dict[str, Any]) -> Parse:
     return msg.get("content") or None, reasoning or None, calls
 
 
-async def _chunks(pieces: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
+def finish_of(case: dict[str, Any]) -> str:
+    """``length`` for a case the test cuts at the token budget, else ``stop``."""
+    return str((case.get("options") or {}).get("finish", "stop"))
+
+
+async def _chunks(pieces: Sequence[str], finish: str) -> AsyncIterator[dict[str, Any]]:
     yield chunk(role="assistant", content="")
     for p in pieces:
         if p:
             yield chunk(p)
-    yield chunk(finish="stop")
+    yield chunk(finish=finish)
 
 
 async def _stream(case: dict[str, Any], pieces: Sequence[str]) -> Parse:
     content, reasoning = "", ""
     calls: dict[int, list[str]] = {}
-    async for out in streamfix.fix_chunks(_chunks(pieces), request_for(case)):
+    async for out in streamfix.fix_chunks(_chunks(pieces, finish_of(case)), request_for(case)):
         for ch in out.get("choices") or []:
             d = ch.get("delta") or {}
             content += d.get("content") or ""
@@ -194,6 +200,12 @@ def test_case_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
+def _group(reason: str) -> str:
+    """``kind: class`` of a reason (``tests/engine_known.py``)."""
+    kind, cls = [*reason.split(":"), "", ""][:2]
+    return f"{kind}: {cls.strip()}"
+
+
 def _engine(case: dict[str, Any]) -> str:
     return str(case["origin"]["repo"]).split("/")[-1]
 
@@ -214,9 +226,7 @@ def main(argv: Sequence[str]) -> int:
             passed[_engine(case)] += 1
             fam_passed[case["family"]] += 1
         else:
-            reason = KNOWN.get(case["id"], "NOT LISTED")
-            groups[reason.split(":")[0] + ": " + reason.split(":")[1].split(";")[0].strip()
-                   if ":" in reason else reason].append(case["id"])
+            groups[_group(KNOWN.get(case["id"], "not listed: -"))].append(case["id"])
             if verbose:
                 print(f"--- {case['id']}\n{why}\n")
     for name in sorted(total):
