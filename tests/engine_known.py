@@ -280,4 +280,39 @@ KNOWN: dict[str, str] = {
     "llamacpp/command-r-plus-2": _open(
         _LABEL, "Command R+ 'Action:' before its ```json call block is left in content"
     ),
+    # --- SGLang's newer per-detector suites
+    "sglang/gptoss-text-then-call": _BLANKS,
+    "sglang/mistral2-compact-text-before": _BLANKS,
+    "sglang/cohere4-parallel-leading-text": _BLANKS,
+    "sglang/cohere4-text-then-block": _BLANKS,
+    "sglang/reasoning2-qwen3-preserves-whitespace": _BLANKS,
+    "sglang/pythonic2-leading-text": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
+    "sglang/pythonic2-text-then-call": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
+    "sglang/pythonic2-dict-arg": _open(
+        _PY_LITERALS, "a Python dict literal as the value of a string parameter: no call, all text"
+    ),
+    "sglang/pythonic2-list-arg": _open(
+        _PY_LITERALS, "a Python list literal as the value of a string parameter: no call, all text"
+    ),
+    "sglang/hunyuan-hy4-opensource-tags": _open(
+        _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
+    ),
+    "sglang/reasoning2-hunyuan-tool-interrupt": _open(
+        _CALL_IN_REASONING, "<think>… then Hunyuan <tool_calls> with no </think>: no call"
+    ),
+    "sglang/reasoning2-hunyuan-parser-interrupt": _open(
+        _CALL_IN_REASONING, "as sglang/reasoning2-hunyuan-tool-interrupt"
+    ),
+    "sglang/reasoning2-gemma4-forced": _open(
+        _GEMMA4,
+        "prompt-opened Gemma 4 reasoning with no 'thought' header, closed by <channel|>: the tag"
+        " is removed and reasoning and answer are joined in content",
+    ),
+    "sglang/reasoning2-qwen3-repeated-start": _open(
+        _STRAY_THINK, "<think><think>…: the repeated <think> is kept in the reasoning"
+    ),
+    "sglang/reasoning2-gpt-oss-analysis-final": _open(
+        _HARMONY,
+        "'<|end|><|channel|>final' with no <|start|>assistant between: 'final' leaks into content",
+    ),
 }
