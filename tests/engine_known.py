@@ -315,4 +315,25 @@ KNOWN: dict[str, str] = {
         _HARMONY,
         "'<|end|><|channel|>final' with no <|start|>assistant between: 'final' leaks into content",
     ),
+    **{
+        f"sglang/reasoning-apertus-{n}": _open(
+            _REASONING_FORMATS,
+            "Apertus <|inner_prefix|>…<|inner_suffix|>: the tags are removed and the reasoning"
+            " joined into the content",
+        )
+        for n in ("single-block", "text-before-block", "two-blocks", "truncated", "forced")
+    },
+    "sglang/reasoning-apertus-bare-tools-prefix": _open(
+        _REASONING_FORMATS,
+        "Apertus reasoning with a bare <|tools_prefix|> inside: joined into the content and the"
+        " token removed",
+    ),
+    **{
+        f"sglang/reasoning-cohere4-{n}": _open(
+            _REASONING_FORMATS,
+            "Cohere Command A <|START_THINKING|>…<|END_THINKING|>: the reasoning is joined into"
+            " the content",
+        )
+        for n in ("thinking-then-text", "echoed-start", "missing-text-end")
+    },
 }
