@@ -286,6 +286,7 @@ KNOWN: dict[str, str] = {
     "sglang/cohere4-parallel-leading-text": _BLANKS,
     "sglang/cohere4-text-then-block": _BLANKS,
     "sglang/reasoning2-qwen3-preserves-whitespace": _BLANKS,
+    "sglang/reasoning-granite42-nested-nl-in-reasoning": _BLANKS,
     "sglang/pythonic2-leading-text": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
     "sglang/pythonic2-text-then-call": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
     "sglang/pythonic2-dict-arg": _open(
