@@ -287,6 +287,12 @@ KNOWN: dict[str, str] = {
     "sglang/cohere4-text-then-block": _BLANKS,
     "sglang/reasoning2-qwen3-preserves-whitespace": _BLANKS,
     "sglang/reasoning-granite42-nested-nl-in-reasoning": _BLANKS,
+    "sglang/minimax-m2-leading-text": _BLANKS,
+    "sglang/minimax-m2-unclosed-block": (
+        "better: unclosed call at the end: a MiniMax call whose closing tags never came, at the"
+        " end of the reply, is lifted (its arguments are whole); SGLang leaves the raw markup in"
+        " the content"
+    ),
     "sglang/pythonic2-leading-text": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
     "sglang/pythonic2-text-then-call": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
     "sglang/pythonic2-dict-arg": _open(
