@@ -343,4 +343,15 @@ KNOWN: dict[str, str] = {
         )
         for n in ("thinking-then-text", "echoed-start", "missing-text-end")
     },
+    **{
+        f"llamacpp/parsers-seed-oss-{n}": _open(
+            _REASONING_FORMATS, "Seed-OSS <seed:think>…</seed:think> left in content"
+        )
+        for n in ("reasoning", "reasoning-call", "incomplete-reasoning")
+    },
+    "llamacpp/parsers-seed-oss-budget-reflect": _open(
+        _REASONING_FORMATS,
+        "Seed-OSS <seed:think> left in content (llama.cpp keeps the <seed:cot_budget_reflect>"
+        " block in the content; a client should not see it either)",
+    ),
 }
