@@ -354,4 +354,9 @@ KNOWN: dict[str, str] = {
         "Seed-OSS <seed:think> left in content (llama.cpp keeps the <seed:cot_budget_reflect>"
         " block in the content; a client should not see it either)",
     ),
+    "sglang/malformed-qwen25-sibling": _open(
+        _SIBLINGS,
+        "a JSON array in one <tool_call> with a non-object entry beside a good call: no call"
+        " at all (SGLang keeps the good one)",
+    ),
 }
