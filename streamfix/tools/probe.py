@@ -41,7 +41,7 @@ import orjson
 from ..chain import Chain
 from ..context import Context, Report
 from ..errors import PluginError, UpstreamProtocolError
-from ..server.reask import json_object_instead
+from ..server.plan import json_object_instead
 from ..server.upstream.budget import BudgetPolicy, clamp_request
 from ..server.upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
 from ..server.upstream.engines import (
