@@ -130,7 +130,7 @@ class AskAgain:
         """An upstream's refusal of ``response_format: json_schema``
         (``engines.refuses_json_schema``): learned for the model on that
         row, so this and later requests go as ``json_object``
-        (``exchange.budgeted``), and asked again once. The model never ran,
+        (``plan.json_fallback_step``), and asked again once. The model never ran,
         so it is no re-ask of the model: ``max_reasks`` is not spent."""
         if "format" in att.done or not asks_json_schema(att.body):
             return False
