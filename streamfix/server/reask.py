@@ -97,6 +97,22 @@ class AskAgain:
             return "json"
         return None
 
+    def again(self, att: Plan, report: Report, calls: int, sent: dict[str, Any]) -> str | None:
+        """Why the repaired reply is to be asked again (``reason``), with
+        ``att`` replanned for it (``next_body``); None: it is the reply."""
+        reason = self.reason(att, report, calls)
+        if reason is not None:
+            self.next_body(att, reason, sent)
+        return reason
+
+    def refused(self, up: Upstream, att: Plan, status: int, error: bytes) -> bool:
+        """An upstream's error answer the request is asked again for: a 400
+        ``context_length_exceeded`` (``context_exceeded``) or a refused
+        ``json_schema`` (``format_refused``)."""
+        if status == 400 and self.context_exceeded(up, att, error):
+            return True
+        return self.format_refused(up, att, status, error)
+
     def settle(self, att: Plan, calls: int) -> None:
         """The reply the client gets is final: a named tool's outcome, and
         a narrowed request's, is counted."""

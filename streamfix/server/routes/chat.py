@@ -130,17 +130,14 @@ async def _whole(scope: Scope, plan: Plan) -> web.StreamResponse:
             continue
         raw = await ex.whole()
         if not ex.ok:
-            if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, plan, raw):
-                continue
-            if proxy.ask.format_refused(ex.up, plan, ex.resp.status, raw):
+            if proxy.ask.refused(ex.up, plan, ex.resp.status, raw):
                 continue
             return ex.relayed(raw)
         obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
         fixed, report = _repaired(ex, obj, plan)
-        reason = proxy.ask.reason(plan, report, calls_in(fixed))
+        reason = proxy.ask.again(plan, report, calls_in(fixed), ex.sent)
         if reason is not None:
             log.info("asking %s again: %s", ex.up.name, reason)
-            proxy.ask.next_body(plan, reason, ex.sent)
             continue
         proxy.ask.settle(plan, calls_in(fixed))
         if plan.door is None:
@@ -176,9 +173,7 @@ async def _stream(scope: Scope, plan: Plan, client: ClientStream) -> web.StreamR
         try:
             if not ex.ok:
                 raw = await ex.error_body()
-                if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, plan, raw):
-                    continue
-                if proxy.ask.format_refused(ex.up, plan, ex.resp.status, raw):
+                if proxy.ask.refused(ex.up, plan, ex.resp.status, raw):
                     continue
                 if not client.prepared:
                     return ex.relayed(raw)
