@@ -258,11 +258,9 @@ def test_plan_of_a_named_tool_shows_the_chain_the_one_tool() -> None:
 
 def test_plan_of_soft_required_then_narrowed_then_asked_again() -> None:
     body = chat(tools=[SEARCH, TICKET, WEATHER], tool_choice="required")
-    plan = Plan.of(body, soft=True)
+    plan = Plan.of(body, soft=True, narrowed=Decision(3, ["search"]))
     assert plan.soft and not plan.named
     assert plan.client is body
-    assert plan.body == {**body, "tool_choice": "auto"}
-    plan.narrow(Decision(3, ["search"]))
     assert plan.narrowing
     assert plan.body["tools"] == [SEARCH]
     line = NARROWED_REQUIRED.format(tools="search (Search the web)")

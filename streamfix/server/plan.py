@@ -444,22 +444,29 @@ class Plan:
         self.row_notes: list[Note] = []
 
     @classmethod
-    def of(cls, body: dict[str, Any], *, soft: bool, door: Door | None = None) -> Plan:
-        """The request's first steps on the client's ``body`` (``soft``:
-        ``--required soft``); narrowing, whose decision is awaited, is
-        ``narrow``'s."""
-        up, named = named_step(body, soft)
-        if named is not None:
+    def of(
+        cls,
+        body: dict[str, Any],
+        *,
+        soft: bool,
+        narrowed: Decision | None = None,
+        door: Door | None = None,
+    ) -> Plan:
+        """The request's steps on the client's ``body`` (``soft``:
+        ``--required soft``; ``narrowed``: ``narrowing.decide``'s answer,
+        awaited before, which never narrows a named tool)."""
+        up, note = named_step(body, soft)
+        if note is not None:
             # The chain lifts only what the model was shown: the one tool.
             plan = cls(up, True, door, True, full=up, client={**body, "tools": up["tools"]})
-            plan.notes.append(named)
+            plan.notes.append(note)
             return plan
         up, note = soft_required_step(body, soft)
-        if note is None:
-            up = dict(body)  # the plan's own copy
-        plan = cls(up, note is not None, door, full=up, client=body)
+        plan = cls(up if note is not None else dict(body), note is not None, door, client=body)
         if note is not None:
             plan.notes.append(note)
+        plan.full = plan.body
+        plan.narrow(narrowed)
         return plan
 
     def narrow(self, decision: Decision | None) -> None:

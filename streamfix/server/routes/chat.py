@@ -82,10 +82,9 @@ async def serve_chat(
     scope = Scope.of(request, "chat" if door is None else door.endpoint, stream)
     scope.route("chat", body.get("model"))
     proxy = scope.proxy
-    # the request's steps (plan.py); narrowing's decision is awaited here
-    plan = Plan.of(body, soft=proxy.cfg.required == "soft", door=door)
-    if not plan.named:
-        plan.narrow(await narrowing.decide(scope, body))
+    # the request's steps (plan.py), narrowing's decision awaited before
+    narrowed = await narrowing.decide(scope, body)
+    plan = Plan.of(body, soft=proxy.cfg.required == "soft", narrowed=narrowed, door=door)
     tools = tools_of(plan.client)
     if tools:
         await proxy.build_matcher(tools)
