@@ -22,7 +22,7 @@ from streamfix.server.plan import (
     Plan,
     Row,
     ask_again_step,
-    clamp_step,
+    budget_step,
     engine_step,
     for_row,
     json_fallback_step,
@@ -32,7 +32,6 @@ from streamfix.server.plan import (
     refit_step,
     served_model_step,
     soft_required_step,
-    trim_step,
 )
 from streamfix.server.upstream.budget import BudgetPolicy
 from streamfix.server.upstream.engines import UpstreamInfo
@@ -178,28 +177,34 @@ def test_served_model_step_names_the_rows_model() -> None:
     unchanged(served_model_step, body, "m")
 
 
-def test_trim_step_only_when_even_the_smallest_reply_cannot_fit() -> None:
+def test_budget_step_trims_only_when_even_the_smallest_reply_cannot_fit() -> None:
     old = [{"role": "user", "content": "x " * 4000}, {"role": "assistant", "content": "ok"}]
     body = chat(messages=[*old, USER])
-    out, note = trim_step(body, 2000, POLICY, 1.0)
+    out, note = budget_step(body, 2000, POLICY, 1.0)
     assert out["messages"] == [USER]
-    assert note is not None and note.detail["action"] == "trimmed"
+    assert note is not None and note.step == "budget"
+    assert list(note.detail) == ["trim"]
+    assert note.detail["trim"]["action"] == "trimmed"
+    assert note.detail["trim"]["dropped_messages"] == 2
+    assert len(body["messages"]) == 3
     # the server counted a prompt that fits: its count decides, no trim
-    unchanged(trim_step, body, 2000, POLICY, 1.0, 100)
-    unchanged(trim_step, body, None, POLICY, 1.0)
+    unchanged(budget_step, body, 2000, POLICY, 1.0, False, 100)
+    unchanged(budget_step, body, None, POLICY, 1.0)
 
 
-def test_clamp_step_and_the_reasoning_allowance() -> None:
+def test_budget_step_clamps_with_the_reasoning_allowance() -> None:
     body = chat(max_tokens=65536)
-    out, note = clamp_step(body, 8192, POLICY, False)
-    assert note is not None and note.step == "clamp"
-    assert out["max_tokens"] == note.detail["clamped"] == 8192 - note.detail["prompt_estimate"] - 64
-    raised, note = clamp_step(chat(max_tokens=100), 32768, POLICY, True)
+    out, note = budget_step(body, 8192, POLICY)
+    assert note is not None and list(note.detail) == ["clamp"]
+    clamp = note.detail["clamp"]
+    assert out["max_tokens"] == clamp["clamped"] == 8192 - clamp["prompt_estimate"] - 64
+    assert body["max_tokens"] == 65536
+    raised, note = budget_step(chat(max_tokens=100), 32768, POLICY, reasons=True)
     assert raised["max_tokens"] == 100 + POLICY.reasoning_reserve
-    assert note is not None and note.detail["action"] == "raised"
+    assert note is not None and note.detail["clamp"]["action"] == "raised"
     off = chat(max_tokens=100, chat_template_kwargs={"enable_thinking": False})
-    unchanged(clamp_step, off, 32768, POLICY, True)
-    unchanged(clamp_step, chat(max_tokens=100), None, POLICY, False)
+    unchanged(budget_step, off, 32768, POLICY, 1.0, True)
+    unchanged(budget_step, chat(max_tokens=100), None, POLICY)
 
 
 def test_engine_step_adds_vllms_field() -> None:
@@ -232,12 +237,12 @@ def test_for_row_runs_the_row_steps_in_order_with_their_notes() -> None:
     body = chat(tools=[SEARCH], max_tokens=65536, response_format=fmt)
     row = Row("served", 8192, 1.0, False, UpstreamInfo(window=8192, engine="vllm"), True)
     out, notes = for_row(body, row, POLICY)
-    assert [n.step for n in notes] == ["served_model", "clamp", "engine", "json_fallback"]
+    assert [n.step for n in notes] == ["served_model", "budget", "json_fallback", "engine"]
     assert out["model"] == "served"
-    assert out["max_tokens"] == noted(notes, "clamp")["clamped"]
+    assert out["max_tokens"] == noted(notes, "budget")["clamp"]["clamped"]
     assert out["skip_special_tokens"] is False
     assert out["response_format"] == {"type": "json_object"}
-    assert noted(notes, "trim") is None
+    assert "trim" not in noted(notes, "budget")
     same, none = for_row(chat(), Row(None), POLICY)
     assert none == []
     assert same == chat()

@@ -163,11 +163,11 @@ def budgeted(
     count = counted.get(up) if counted else None
     body, notes = for_row(plan.body, row_of(up, plan.body), proxy.policy, count)
     plan.row_notes = notes
-    trim = noted(notes, "trim")
-    if trim is not None:
-        count_trim(proxy.metrics, up, trim)
+    fitted = noted(notes, "budget") or {}
+    if "trim" in fitted:
+        count_trim(proxy.metrics, up, fitted["trim"])
     sent["body"] = body
-    sent["clamp"] = noted(notes, "clamp")
+    sent["clamp"] = fitted.get("clamp")
     return orjson.dumps(body)
 
 

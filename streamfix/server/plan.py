@@ -21,17 +21,18 @@ step did. The steps, in the order they run::
                         prompt fitted to a learned window
     for each row tried (``Exchange.open``):
       ─► served_model   the model named as the row's server knows it
-      ─► trim           the oldest turns dropped when the prompt cannot fit
+      ─► budget         the oldest turns dropped when the prompt cannot fit
                         (the server's own count, ``upstream/tokens.py``,
-                        awaited before and passed in)
-      ─► clamp          ``max_tokens`` within the window
-      ─► engine         engine fields (``engines.engine_fields``)
+                        awaited before and passed in), ``max_tokens`` within
+                        the window
       ─► json_fallback  ``json_object`` instead of a ``json_schema`` the row's
                         server refused
+      ─► engine         engine fields (``engines.engine_fields``)
 
 ``Plan`` holds what one request's attempts share and the notes of what
 was sent and why: the narrowing goes into the recording
-(``record.narrowed``), a trim and a clamp into the metrics and the log.
+(``record.narrowed``), the budget's trim and clamp into the metrics and
+the log.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from typing import Any
 
 import orjson
 
-from ..context import thinking_switch, tools_of
+from ..context import tools_of
 from ..narrow import Decision, NarrowNote
 from ..wire import Door
-from .upstream.budget import BudgetPolicy, clamp_request, estimate_prompt_tokens, fit_prompt
+from .upstream.budget import BudgetPolicy, fit_prompt, fit_request
 from .upstream.engines import UpstreamInfo, asks_json_schema, engine_fields
 
 #: The instruction added when ``tool_choice: "required"`` got prose back.
@@ -296,33 +297,28 @@ def served_model_step(body: dict[str, Any], model: str | None) -> Step:
     return {**body, "model": model}, Note("served_model", model)
 
 
-def trim_step(
+def budget_step(
     body: dict[str, Any],
     window: int | None,
     policy: BudgetPolicy,
-    scale: float,
+    scale: float = 1.0,
+    reasons: bool = False,
     counted: int | None = None,
 ) -> Step:
-    """The prompt fitted to ``window`` when even the smallest reply would
-    not fit (``budget.fit_prompt(known_over=False)``); ``counted``: the
-    server's own count of the prompt, which decides instead of the
-    estimate."""
-    if counted is not None:
-        estimate = estimate_prompt_tokens(body)
-        scale = counted / estimate if estimate else scale
-    out, trim = fit_prompt(body, window, policy, scale=scale, known_over=False)
-    return out, Note("trim", trim) if trim is not None else None
-
-
-def clamp_step(
-    body: dict[str, Any], window: int | None, policy: BudgetPolicy, reasons: bool
-) -> Step:
-    """``max_tokens`` (``max_completion_tokens``) within ``window``, with
-    the reasoning allowance for a model that reasons on the row
-    (``reasons``) unless the request switched thinking off."""
-    reasoning = reasons and thinking_switch(body) is not False
-    out, clamp = clamp_request(body, window, policy, reasoning=reasoning)
-    return out, Note("clamp", clamp) if clamp is not None else None
+    """The request fitted to the row's ``window`` (``budget.fit_request``):
+    the oldest turns dropped when not even the smallest reply would fit
+    (``counted``: the server's own count of the prompt, which decides
+    instead of the estimate times ``scale``), then ``max_tokens``
+    (``max_completion_tokens``) clamped, with the reasoning allowance for
+    a model that ``reasons`` on the row unless the request switched
+    thinking off. The note: ``{"trim": …, "clamp": …}``, what each did."""
+    out, trim, clamp = fit_request(
+        body, window, policy, scale=scale, counted=counted, reasons=reasons
+    )
+    if trim is None and clamp is None:
+        return body, None
+    detail = {k: v for k, v in (("trim", trim), ("clamp", clamp)) if v is not None}
+    return out, Note("budget", detail)
 
 
 def engine_step(body: dict[str, Any], info: UpstreamInfo) -> Step:
@@ -364,19 +360,18 @@ def for_row(
     body, note = served_model_step(body, row.model)
     if note is not None:
         notes.append(note)
-    body, note = trim_step(body, row.window, policy, row.scale, counted)
+    body, note = budget_step(body, row.window, policy, row.scale, row.reasons, counted)
     if note is not None:
         notes.append(note)
-    body, note = clamp_step(body, row.window, policy, row.reasons)
+    # the JSON fallback and the engine fields touch different fields: in
+    # either order the same body
+    body, note = json_fallback_step(body, row.refuses_json_schema)
     if note is not None:
         notes.append(note)
     if row.info is not None:
         body, note = engine_step(body, row.info)
         if note is not None:
             notes.append(note)
-    body, note = json_fallback_step(body, row.refuses_json_schema)
-    if note is not None:
-        notes.append(note)
     return body, notes
 
 
