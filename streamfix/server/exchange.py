@@ -52,7 +52,6 @@ from .caller.replies import is_error_object, json_error, read_reply, relay_error
 from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
 from .plan import Plan, Row, for_row, noted, served_model_step
 from .proxy import Proxy
-from .reask import count_trim
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
 from .upstream.budget import may_not_fit
@@ -165,7 +164,7 @@ def budgeted(
     plan.row_notes = notes
     fitted = noted(notes, "budget") or {}
     if "trim" in fitted:
-        count_trim(proxy.metrics, up, fitted["trim"])
+        proxy.metrics.count_trim(up.name, fitted["trim"])
     sent["body"] = body
     sent["clamp"] = fitted.get("clamp")
     return orjson.dumps(body)

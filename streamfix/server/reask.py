@@ -62,12 +62,6 @@ from .upstream.pool import Upstream
 log = logging.getLogger("streamfix.server")
 
 
-def count_trim(metrics: Metrics, up: Upstream, info: dict[str, Any]) -> None:
-    """A prompt was trimmed to fit ``up``'s window: counted and logged."""
-    metrics.prompt_trims.inc()
-    log.info("prompt trimmed for %s: %s", up.name, info)
-
-
 class AskAgain:
     """The policy: whether and why to ask again (the body to ask with is
     the plan's, ``Plan.again``)."""
@@ -169,10 +163,10 @@ class AskAgain:
         window = window_from_error(error)
         if window is None or att.reasks >= self.max_reasks:
             return False
-        model = up.served(att.body.get("model"))
-        up.learn_window(model, window)
         prompt = prompt_tokens_from_error(error)
         estimate = estimate_prompt_tokens(att.body)
+        model = up.served(att.body.get("model"))
+        up.learn_window(model, window)
         if prompt and estimate:
             up.learn(model).token_scale = prompt / estimate
         # The prompt itself may be what does not fit: clamping the reply
@@ -180,7 +174,7 @@ class AskAgain:
         scale = up.token_scale(model)
         trim = att.refit(window, self.policy, scale)
         if trim is not None:
-            count_trim(self.metrics, up, trim)
+            self.metrics.count_trim(up.name, trim)
         att.reasks += 1
         att.done.add("context")
         self.metrics.reasks.labels("context").inc()
