@@ -3,8 +3,11 @@
 Streamed (through ``SSESession``), one request::
 
     read + validate body (caller.validate) ─► Scope: table, tenant, route
-      ─► Exchange.open: budget (fit the prompt, clamp max_tokens, engine
-         fields), pool.send (weighted choice, failover, retries) ─► 200?
+      ─► Plan.of: the request's steps (plan.py: named tool, soft required,
+         narrowing, its decision awaited before)
+      ─► Exchange.open: each row's steps (plan.for_row: served model,
+         budget, JSON fallback, engine fields), pool.send (weighted choice,
+         failover, retries) ─► 200?
       ─► prepare the caller's response (caller.stream)
       ─► Exchange.pump: each read through session.feed ─► hold or write
       ─► end: [DONE] passed on, or an error event (never a fake finish)
@@ -21,8 +24,8 @@ reply began, an error event (``request_timeout``) after.
 with ``--required soft`` and ``tool_choice: "required"``, until a call was
 emitted; while a ``response_format`` reply is held to its end,
 ``Chain.holding_json``) the repaired bytes are held, not written (``caller.stream.ClientStream``),
-so that the request can still be asked again (``reask.py``) without the
-client seeing two replies.
+so that the request can still be asked again (``reask.py`` decides
+why, ``Plan.again`` replans) without the client seeing two replies.
 
 *An upstream that ignores* ``stream: true`` and answers one JSON
 completion: it is repaired like a non-streamed reply and sent to the
