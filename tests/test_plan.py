@@ -257,6 +257,7 @@ def test_plan_of_a_named_tool_shows_the_chain_the_one_tool() -> None:
     plan = Plan.of(body, soft=True)
     assert plan.named and plan.soft and plan.wants_call
     assert plan.client == {**body, "tools": [TICKET]}
+    assert list(plan.tools) == ["create_ticket"]
     assert plan.body["tools"] == [TICKET]
     assert plan.notes == [Note("named_tool", "create_ticket")]
 
@@ -285,6 +286,7 @@ def test_plan_of_a_plain_request_is_one_shallow_copy() -> None:
     assert plan.body is not body
     assert plan.client is body
     assert not plan.soft and plan.notes == []
+    assert list(plan.tools) == ["search"]
     plan.narrow(None)
     assert plan.narrowed is None and plan.notes == []
 

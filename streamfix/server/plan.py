@@ -407,6 +407,7 @@ class Plan:
         "reasks",
         "row_notes",
         "soft",
+        "tools",
     )
 
     def __init__(
@@ -421,6 +422,9 @@ class Plan:
     ) -> None:
         self.body = body  # sent upstream (before the per-row steps)
         self.client = body if client is None else client  # what the chain reads
+        #: The function tools the chain knows (``context.tools_of``): the
+        #: client's, or the one a named tool narrowed to.
+        self.tools = tools_of(self.client)
         self.soft = soft  # held until a call; asked again without one
         self.named = named  # narrowed to the one tool tool_choice named
         self.door = door  # the front door the request came in by, if not chat

@@ -51,7 +51,7 @@ from multidict import CIMultiDict
 
 from ... import jsoncodec
 from ...chain import Chain
-from ...context import Context, tools_of
+from ...context import Context
 from ...session import SSESession, error_event
 from ...wire import Door
 from .. import narrowing, record
@@ -88,12 +88,11 @@ async def serve_chat(
     # the request's steps (plan.py), narrowing's decision awaited before
     narrowed = await narrowing.decide(scope, body)
     plan = Plan.of(body, soft=proxy.cfg.required == "soft", narrowed=narrowed, door=door)
-    tools = tools_of(plan.client)
-    if tools:
-        await proxy.build_matcher(tools)
     if door is not None:
         # the usage a door reports when the upstream sends none
         door.input_estimate = estimate_prompt_tokens(plan.client)
+    if plan.tools:
+        await proxy.build_matcher(plan.tools)
     async with proxy.slot():
         if not stream:
             return await scope.answer(_whole(scope, plan))
