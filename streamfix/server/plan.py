@@ -37,12 +37,12 @@ the log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import orjson
 
-from ..context import tools_of
+from ..context import ToolSpec, tools_of
 from ..narrow import Decision, NarrowNote
 from ..wire import Door
 from .upstream.budget import BudgetPolicy, fit_prompt, fit_request
@@ -85,8 +85,7 @@ SCHEMA_INSTRUCTION = "Reply with one JSON value that matches this JSON Schema: {
 MAX_SCHEMA_QUOTED = 4000
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(NamedTuple):
     """What one step did: its name and what it changed (``detail``)."""
 
     step: str
@@ -229,12 +228,16 @@ def named_step(body: dict[str, Any], soft: bool) -> Step:
     return narrow_to_tool(body, name), Note("named_tool", name)
 
 
-def soft_required_step(body: dict[str, Any], soft: bool) -> Step:
+def soft_required_step(
+    body: dict[str, Any], soft: bool, tools: Mapping[str, Any] | None = None
+) -> Step:
     """Under ``--required soft``, ``tool_choice: "required"`` with tools
-    offered goes as ``"auto"``: the reply is held until a call and asked
-    again without one, instead of a decoding constraint that makes small
-    models loop."""
-    if not (soft and body.get("tool_choice") == "required" and tools_of(body)):
+    offered (``tools``: ``context.tools_of(body)``, when already read) goes
+    as ``"auto"``: the reply is held until a call and asked again without
+    one, instead of a decoding constraint that makes small models loop."""
+    if not (soft and body.get("tool_choice") == "required"):
+        return body, None
+    if not (tools_of(body) if tools is None else tools):
         return body, None
     return {**body, "tool_choice": "auto"}, Note("soft_required")
 
@@ -337,8 +340,7 @@ def json_fallback_step(body: dict[str, Any], refused: bool) -> Step:
     return json_object_instead(body), Note("json_fallback")
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """What a row's steps read of the row, as plain values: its name for
     the model, that model's window and token scale there, whether it
     reasons there, the engine, and whether its server refused
@@ -419,12 +421,13 @@ class Plan:
         narrowed: Decision | None = None,
         full: dict[str, Any] | None = None,
         client: dict[str, Any] | None = None,
+        tools: dict[str, ToolSpec] | None = None,
     ) -> None:
         self.body = body  # sent upstream (before the per-row steps)
         self.client = body if client is None else client  # what the chain reads
         #: The function tools the chain knows (``context.tools_of``): the
         #: client's, or the one a named tool narrowed to.
-        self.tools = tools_of(self.client)
+        self.tools = tools_of(self.client) if tools is None else tools
         self.soft = soft  # held until a call; asked again without one
         self.named = named  # narrowed to the one tool tool_choice named
         self.door = door  # the front door the request came in by, if not chat
@@ -460,12 +463,15 @@ class Plan:
             plan = cls(up, True, door, True, full=up, client={**body, "tools": up["tools"]})
             plan.notes.append(note)
             return plan
-        up, note = soft_required_step(body, soft)
-        plan = cls(up if note is not None else dict(body), note is not None, door, client=body)
+        tools = tools_of(body)
+        up, note = soft_required_step(body, soft, tools)
+        held = note is not None
+        plan = cls(up if held else dict(body), held, door, client=body, tools=tools)
         if note is not None:
             plan.notes.append(note)
         plan.full = plan.body
-        plan.narrow(narrowed)
+        if narrowed is not None:
+            plan.narrow(narrowed)
         return plan
 
     def narrow(self, decision: Decision | None) -> None:
