@@ -277,6 +277,7 @@ def test_plan_of_soft_required_then_narrowed_then_asked_again() -> None:
     assert plan.body is plan.full
     assert [n.step for n in plan.notes] == ["soft_required", "narrowed", "ask_again"]
     assert noted(plan.notes, "narrowed") == {"kept": ["search"], "of": 3}
+    assert plan.shown == {"kept": ["search"], "of": 3}
 
 
 def test_plan_of_a_plain_request_is_one_shallow_copy() -> None:

@@ -408,6 +408,7 @@ class Plan:
         "notes",
         "reasks",
         "row_notes",
+        "shown",
         "soft",
         "tools",
     )
@@ -444,6 +445,9 @@ class Plan:
         #: row's (``for_row``).
         self.notes: list[Note] = []
         self.row_notes: list[Note] = []
+        #: What narrowing showed the model (``narrow.Decision.note``: the
+        #: tools kept, of how many), for the recording; None: not narrowed.
+        self.shown: dict[str, Any] | None = None
 
     @classmethod
     def of(
@@ -481,6 +485,7 @@ class Plan:
         self.body, note = narrowed_step(self.body, decision, required)
         if note is not None:
             self.notes.append(note)
+            self.shown = note.detail
 
     def again(self, reason: str, sent: dict[str, Any] | None, reservation: int) -> None:
         """Replanned for asking again for ``reason`` (``ask_again_step``)."""

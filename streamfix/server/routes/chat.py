@@ -59,7 +59,7 @@ from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
-from ..plan import Plan, noted
+from ..plan import Plan
 from ..proxy import PROXY
 from ..reask import stream_error
 from ..scope import Scope
@@ -117,8 +117,8 @@ async def _open(scope: Scope, plan: Plan) -> Exchange | None:
         ):
             raise
         return None
-    if plan.narrowing:  # the plan's note of what the model was shown
-        record.narrowed(noted(plan.notes, "narrowed"))
+    if plan.narrowing and plan.shown is not None:  # the narrowing step's note
+        record.narrowed(plan.shown)
     return ex
 
 
