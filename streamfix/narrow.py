@@ -6,7 +6,7 @@ tools against its turn and decides whether the ranking is sure enough to
 show the model only the top few. It does no I/O: the proxy's adapter
 (``server/narrowing.py``) gives it the request body and, when an embedding
 row is configured, the vectors it fetched; the body sent upstream is made
-by ``server/reask.narrow_to_tools``.
+by ``server/plan.narrow_to_tools``.
 
 - **The turn** (``turn_text``): the last user message, and the last tool
   result when the turn follows one (the model decides what to call next

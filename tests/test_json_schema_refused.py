@@ -4,7 +4,7 @@ answers 500 with a validation error naming the field; it takes only
 it. The proxy learns the refusal for that model on that row, sends the
 request as ``json_object`` with the schema stated to the model, and still
 holds the reply to the schema (``reask.AskAgain.format_refused``,
-``exchange.budgeted``). Through the real SDK and a loopback upstream."""
+``plan.json_fallback_step``). Through the real SDK and a loopback upstream."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from streamfix.server.reask import named_tool, narrow_to_tool
+from streamfix.server.plan import named_tool, narrow_to_tool
 
 from .support.streamutil import SHAPES_TOOLS, assemble, text_stream, tool
 from .support.upstream_fake import AppServer, FakeUpstream, Received, Reply, proxy_app

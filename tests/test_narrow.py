@@ -1,5 +1,5 @@
 """Tool narrowing, the pure part (``streamfix/narrow.py``) and the body it
-makes (``reask.narrow_to_tools``): the turn, the tools' text, BM25, the
+makes (``plan.narrow_to_tools``): the turn, the tools' text, BM25, the
 decision and its margin, the note step, the bounded vector cache."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from streamfix import narrow
 from streamfix.context import Context
 from streamfix.delta import Delta, ToolCall
-from streamfix.server.reask import narrow_to_tools
+from streamfix.server.plan import narrow_to_tools
 
 
 def fn(name: str, desc: str = "", **params: str) -> dict[str, Any]:

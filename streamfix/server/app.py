@@ -7,9 +7,11 @@ The layers, in the order a request moves through them:
 - ``routes/``: one module per endpoint (``chat``, ``doors`` for
   ``/v1/messages`` and ``/v1/responses``, ``embeddings``, ``completions``,
   ``models``, ``status``), each building the request's ``scope.Scope``;
-- ``exchange.py``: one upstream exchange (budgeted body, send, record,
-  read or pump, how it ended), with ``reask.py`` deciding whether to ask
-  again;
+- ``plan.py``: a chat request's side as ordered steps, what goes upstream
+  and why;
+- ``exchange.py``: one upstream exchange (the plan through the row's
+  steps, send, record, read or pump, how it ended), with ``reask.py``
+  deciding whether to ask again;
 - ``upstream/``: the rows for a model (``table``), choosing and sending
   (``pool``), token arithmetic (``budget``), engines' probes and error
   texts (``engines``), reading a body (``body``);

@@ -1,6 +1,7 @@
-"""One exchange with an upstream: the body it is sent (budgeted for the row
-chosen), sending it (``upstream.pool.send``: weighted choice, failover,
-retries), the attempt recorded, the reply read whole or pumped through a
+"""One exchange with an upstream: the body it is sent (a chat request's
+plan through the row's steps, ``plan.for_row``), sending it
+(``upstream.pool.send``: weighted choice, failover, retries), the attempt
+recorded, the reply read whole or pumped through a
 stream session to the caller, and how it ended.
 
 Every endpoint that reaches an upstream goes through here, in one order::
@@ -11,8 +12,9 @@ Every endpoint that reaches an upstream goes through here, in one order::
       ─► pump(session, client, ready): each read through the session to
          the caller (held until ``ready``), and how the stream ended
 
-The budget is the row's and the model's asked there (``Upstream.window_for``
-and the rest of what that model taught, ``upstream/pool.Learned``); where
+A chat request's row steps read the row's and the model's asked there
+(``row_of``: ``Upstream.window_for`` and the rest of what that model
+taught, ``upstream/pool.Learned``), as values; where
 the estimate says the prompt must be trimmed and the row's server can
 count tokens (vLLM, llama.cpp), its count decides (``server_counts``).
 
@@ -48,13 +50,12 @@ from ..session import error_event
 from . import record
 from .caller.replies import is_error_object, json_error, read_reply, relay_error
 from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
+from .plan import Plan, Row, for_row, noted, served_model_step
 from .proxy import Proxy
-from .reask import count_trim, json_object_instead
 from .scope import Answered, Scope
 from .upstream.body import BodyReads
-from .upstream.budget import clamp_request, estimate_prompt_tokens, fit_prompt, may_not_fit
+from .upstream.budget import may_not_fit
 from .upstream.diagnose import in_words, missing_v1, short_body
-from .upstream.engines import asks_json_schema, engine_fields
 from .upstream.pool import (
     ERROR_BODY_BYTES,
     ReadWatch,
@@ -125,47 +126,47 @@ def recorded_options(up: Upstream, options: dict[str, Any]) -> dict[str, Any]:
 
 def with_model(body: dict[str, Any], up: Upstream) -> dict[str, Any]:
     """``body`` naming the model as ``up``'s server knows it (a catch-all
-    row sends the client's name on)."""
-    model = up.cfg.model
-    if model is None or body.get("model") == model:
-        return body
-    return {**body, "model": model}
+    row sends the client's name on: ``plan.served_model_step``)."""
+    return served_model_step(body, up.cfg.model)[0]
+
+
+def row_of(up: Upstream, body: dict[str, Any]) -> Row:
+    """What ``plan.for_row`` reads of ``up`` for ``body``, as values: the
+    model as the row names it, its window and token scale there, whether
+    it reasons there, the engine, a refused ``json_schema``."""
+    model = up.served(up.cfg.model if up.cfg.model is not None else body.get("model"))
+    return Row(
+        up.cfg.model,
+        up.window_for(model),
+        up.token_scale(model),
+        up.reasons(model),
+        up.info,
+        up.refuses_json_schema(model),
+    )
 
 
 def budgeted(
     proxy: Proxy,
-    base: dict[str, Any],
+    plan: Plan,
     up: Upstream,
     sent: dict[str, Any],
     counted: dict[Upstream, int] | None = None,
 ) -> bytes:
-    """The body for ``up``: the prompt fitted to the window of the model
-    asked on that row, max_tokens clamped (with the reasoning allowance
-    only for a model that reasons there, and not when the request switched
-    thinking off), engine fields added. ``counted``: prompts the server
-    itself counted (``upstream/tokens.py``), which decide a trim instead
-    of the estimate. ``sent`` receives the final body and what was
-    clamped."""
-    base = with_model(base, up)
-    model = up.served(base.get("model"))
-    window = up.window_for(model)
-    scale = up.token_scale(model)
+    """The plan's body for ``up`` (``plan.for_row``: the model named as
+    the row names it, the prompt fitted to the window of the model asked
+    there, max_tokens clamped, engine fields, ``json_object`` for a row
+    that refused ``json_schema``). ``counted``: prompts the server itself
+    counted (``upstream/tokens.py``), which decide a trim instead of the
+    estimate. ``sent`` receives the final body and what was clamped; the
+    plan, the row's notes."""
     count = counted.get(up) if counted else None
-    if count is not None:
-        estimate = estimate_prompt_tokens(base)
-        scale = count / estimate if estimate else scale
-    base, trim = fit_prompt(base, window, proxy.policy, scale=scale, known_over=False)
-    if trim is not None:
-        count_trim(proxy.metrics, up, trim)
-    reasoning = up.reasons(model) and thinking_switch(base) is not False
-    body, clamp = clamp_request(base, window, proxy.policy, reasoning=reasoning)
-    extra = engine_fields(body, up.info)
-    if extra:
-        body = {**body, **extra}
-    if up.refuses_json_schema(model) and asks_json_schema(body):
-        body = json_object_instead(body)
+    body, notes = for_row(plan.body, row_of(up, plan.body), proxy.policy, count)
+    plan.row_notes = notes
+    fitted = noted(notes, "budget") or {}
+    if "trim" in fitted:
+        proxy.metrics.count_trim(up.name, fitted["trim"])
     sent["body"] = body
-    sent["clamp"] = clamp
+    sent["clamp"] = fitted.get("clamp")
     return orjson.dumps(body)
 
 
@@ -234,33 +235,35 @@ class Exchange:
         cls,
         scope: Scope,
         path: str,
-        body: dict[str, Any] | None,
+        body: dict[str, Any] | Plan | None,
         *,
-        budget: bool = False,
         method: str = "POST",
         rows: list[Upstream] | None = None,
         order: list[Upstream] | None = None,
         retries: int | None = None,
         recorded: bool = True,
     ) -> Exchange:
-        """Send ``body`` (for each row tried: named as the row's model, and
-        with ``budget`` fitted to its window) to one of ``rows`` (default:
-        the scope's rows; ``order`` to try exactly these). Raises
+        """Send ``body`` (for each row tried: named as the row's model; a
+        chat request's ``Plan`` through its row steps, ``plan.for_row``) to
+        one of ``rows`` (default: the scope's rows; ``order`` to try exactly
+        these). Raises
         ``UpstreamFailure`` when none answered usably."""
         proxy = scope.proxy
         sent: dict[str, Any] = {}
         forward_auth = not scope.table.keys
         eligible = rows if rows is not None or order is not None else scope.rows or None
         counted: dict[Upstream, int] = {}
-        if budget and body is not None:
+        plan = body if isinstance(body, Plan) else None
+        if plan is not None:  # the servers' own counts, awaited before the row steps
             candidates = order or eligible or scope.table.upstreams
-            counted = await server_counts(proxy, body, candidates)
+            counted = await server_counts(proxy, plan.body, candidates)
 
         def body_for(up: Upstream) -> bytes | None:
+            if plan is not None:
+                return budgeted(proxy, plan, up, sent, counted)
             if body is None:
                 return None
-            if budget:
-                return budgeted(proxy, body, up, sent, counted)
+            assert not isinstance(body, Plan)
             out = sent["body"] = with_model(body, up)
             return orjson.dumps(out)
 

@@ -16,13 +16,17 @@ unlabelled ``streamfix_chunk_seconds`` histogram it always was.
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+
+log = logging.getLogger("streamfix.server")
 
 #: Time streamfix spends in ``SSESession.feed`` per upstream read: the
 #: chain costs microseconds, so the buckets start at 5 µs.
@@ -226,6 +230,12 @@ class Metrics:
                 self.repairs.labels(kind).inc(n)
                 if kind == "unrecognised_markup":
                     self.unrecognised.inc(n)
+
+    def count_trim(self, upstream: str, info: Mapping[str, Any]) -> None:
+        """A prompt was trimmed to fit ``upstream``'s window: counted and
+        logged (``info``: the budget's note, ``budget.fit_prompt``)."""
+        self.prompt_trims.inc()
+        log.info("prompt trimmed for %s: %s", upstream, info)
 
     def count_dropped_parts(self, door: str, counts: Mapping[str, int]) -> None:
         for part, n in counts.items():

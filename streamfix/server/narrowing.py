@@ -4,7 +4,7 @@ Whether a request is narrowed, and to what: switched on globally
 (``--narrow-tools auto``), per row or per tenant (the tenant's word first,
 then the row's, then the global one: ``config.py``), for a request that
 offers tools with ``tool_choice`` absent, ``"auto"`` or ``"required"``
-(a named tool is ``reask.narrow_to_tool``'s; ``"none"`` calls nothing).
+(a named tool is ``plan.narrow_to_tool``'s; ``"none"`` calls nothing).
 The ranking and the decision are ``streamfix/narrow.py``'s, pure; the
 only I/O here is the embedding path: with ``narrow_embedding`` set, the
 tools' texts are embedded once per tool set (``narrow.VectorCache`` on

@@ -40,7 +40,7 @@ from ..errors import UpstreamProtocolError
 from ..seen import TOOLS, Seen, assemble, seen_of_completion
 from ..session import SSESession
 from ..sse import DONE, SSEDecoder
-from .reask import json_object_instead
+from .plan import json_object_instead
 from .upstream.budget import BudgetPolicy, clamp_request
 from .upstream.diagnose import in_words, missing_v1, short_body, status_problem, v1_hint
 from .upstream.engines import (

@@ -1,6 +1,8 @@
-"""Asking again: what one request's successive upstream attempts share, and
-the policy that decides whether a repaired reply is discarded and the
-request sent once more (at most ``max_reasks`` times, each reason once).
+"""Asking again: the policy that decides whether a repaired reply is
+discarded and the request sent once more (at most ``max_reasks`` times,
+each reason once), and why. What the request's attempts share, and the
+body each reason asks with, are the request's plan (``plan.py``:
+``Plan``, ``ask_again_step``).
 
 The reasons: the repaired reply is empty; a tool call was cut off by the
 output limit (asked with twice the allowance, clamped to the window);
@@ -17,7 +19,7 @@ and the window learned is the asked model's on that row alone.
 *A named tool* (``tool_choice: {"type": "function", "function": {"name":
 X}}``) under ``--required soft`` gives the model less to decide: only X is
 sent, with ``tool_choice: "auto"`` and a short instruction made from X's
-own description (``narrow_to_tool``); a reply without a call is asked
+own description (``plan.narrow_to_tool``); a reply without a call is asked
 once more. A decoding constraint that forces the call makes small models
 loop, as ``required`` does; a gateway in front of self-hosted models
 reported this narrowing raising the turns that call the tool from 16% to
@@ -26,7 +28,7 @@ reported this narrowing raising the turns that call the tool from 16% to
 *Narrowed tools* (``--narrow-tools auto``; ``server/narrowing.py`` decides,
 ``streamfix/narrow.py`` ranks): the model is shown the few tools the turn
 needs, with an instruction made from their descriptions
-(``narrow_to_tools``), and the reply is held until a call. The chain still
+(``plan.narrow_to_tools``), and the reply is held until a call. The chain still
 knows every tool the client offered, so a call to one not shown is
 accepted. A reply without a call is asked once more with every tool
 (reason ``narrowed``): never worse than not narrowing, at the cost of a
@@ -44,13 +46,11 @@ import orjson
 
 from ..context import Report
 from ..errors import UpstreamProtocolError
-from ..narrow import Decision, NarrowNote
-from ..spec import tools_of
 from ..sse import SSEDecoder
-from ..wire import Door
 from . import tracing
 from .metrics import Metrics
-from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt
+from .plan import Plan
+from .upstream.budget import BudgetPolicy, estimate_prompt_tokens
 from .upstream.engines import (
     asks_json_schema,
     prompt_tokens_from_error,
@@ -61,241 +61,10 @@ from .upstream.pool import Upstream
 
 log = logging.getLogger("streamfix.server")
 
-#: The instruction added when ``tool_choice: "required"`` got prose back.
-REQUIRED_INSTRUCTION = (
-    "You must answer this turn by calling one of these tools: {names}. "
-    "Reply with a tool call only, not with text."
-)
-
-#: The instruction sent with a named tool, narrowed to that tool alone.
-NAMED_INSTRUCTION = (
-    "Answer this turn by calling the tool {name}{purpose}. Reply with the call only."
-)
-
-#: The instruction added when a reply was not the JSON ``response_format``
-#: asked for (``transforms/jsonout.py``), with the reason.
-JSON_INSTRUCTION = (
-    "Your previous reply was not valid for the requested JSON format: {error}. "
-    "Reply with only the JSON value, no code fence and no text around it."
-)
-#: The instruction sent with the tools a turn was narrowed to: ``{tools}``
-#: is ``name (purpose)`` for each.
-NARROWED_INSTRUCTION = "For this turn, call the tool that fits among: {tools}."
-#: ... and when ``tool_choice`` was ``"required"``.
-NARROWED_REQUIRED = (
-    "Answer this turn by calling one of these tools: {tools}. Reply with the call only."
-)
-
-#: Most characters of a tool's description quoted in that instruction.
-MAX_PURPOSE_CHARS = 200
-#: ... for each of the narrowed tools (the instruction stays one line).
-MAX_NARROWED_PURPOSE = 80
-
-
-class Attempt:
-    """What one request's successive upstream attempts share: the body
-    asked with (before each row's budget), and the reasons already used."""
-
-    __slots__ = (
-        "body",
-        "called",
-        "done",
-        "door",
-        "full",
-        "json_error",
-        "named",
-        "narrowed",
-        "reasks",
-        "soft",
-    )
-
-    def __init__(
-        self,
-        body: dict[str, Any],
-        soft: bool,
-        door: Door | None = None,
-        named: bool = False,
-        narrowed: Decision | None = None,
-        full: dict[str, Any] | None = None,
-    ) -> None:
-        self.body = body  # sent upstream (before the per-upstream budget)
-        self.soft = soft  # held until a call; asked again without one
-        self.named = named  # narrowed to the one tool tool_choice named
-        self.door = door  # the front door the request came in by, if not chat
-        #: The tools were narrowed (``narrow.Decision``); ``full``: the body
-        #: with every tool, asked with when the narrowed reply has no call.
-        self.narrowed = narrowed if narrowed is not None and narrowed.narrowed else None
-        self.full = full
-        #: The names the narrowed replies called (``narrow.NarrowNote``).
-        self.called: set[str] = set()
-        self.reasks = 0
-        self.done: set[str] = set()  # re-ask reasons used
-        self.json_error: str | None = None  # why the JSON asked for was not it
-
-    @property
-    def narrowing(self) -> bool:
-        """This attempt is sent with the narrowed tools."""
-        return self.narrowed is not None and "narrowed" not in self.done
-
-    @property
-    def wants_call(self) -> bool:
-        """The reply is held until a call (``required`` under ``--required
-        soft``, a named tool, or narrowed tools on a turn that does not
-        follow a tool's result)."""
-        return self.soft or self.narrowing_wants_call
-
-    @property
-    def narrowing_wants_call(self) -> bool:
-        """Narrowed, and a reply without a call is asked again with every
-        tool: not after a tool's result, where an answer in prose ends the
-        agent's loop (asking again would double the cost of every final
-        answer), unless ``required``."""
-        if not self.narrowing:
-            return False
-        assert self.narrowed is not None
-        return self.soft or not self.narrowed.after_result
-
-    def options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The chain's ``options`` for this attempt: a narrowed one notes
-        what was kept on the reply and which tools it called."""
-        if not self.narrowing:
-            return options
-        assert self.narrowed is not None
-        step = NarrowNote.factory(self.narrowed.note(), self.called)
-        return {**options, "transforms": (*options.get("transforms", ()), step)}
-
-
-def with_required_instruction(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with an instruction naming the offered tools."""
-    return with_instruction(body, REQUIRED_INSTRUCTION.format(names=", ".join(tools_of(body))))
-
-
-def named_tool(body: dict[str, Any]) -> str | None:
-    """The offered function tool that ``tool_choice`` names, if any."""
-    choice = body.get("tool_choice")
-    if not isinstance(choice, dict) or choice.get("type") != "function":
-        return None
-    fn = choice.get("function")
-    name = fn.get("name") if isinstance(fn, dict) else None
-    return name if isinstance(name, str) and name in tools_of(body) else None
-
-
-def purpose_of(tool: dict[str, Any], limit: int = MAX_PURPOSE_CHARS) -> str:
-    """A tool's purpose in its own wording: the first sentence of its
-    description, at most ``limit`` characters ("" without one)."""
-    fn = tool.get("function")
-    desc = fn.get("description") if isinstance(fn, dict) else None
-    if not isinstance(desc, str) or not desc.strip():
-        return ""
-    first = desc.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(". ")
-    if len(first) > limit:
-        first = first[:limit].rsplit(" ", 1)[0] + "…"
-    return first
-
-
-def _only(body: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
-    """The function tools of ``body`` named in ``names``, in that order."""
-    by_name: dict[str, dict[str, Any]] = {}
-    for t in body["tools"]:
-        fn = t.get("function") if isinstance(t, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            by_name.setdefault(fn["name"], t)
-    return [by_name[n] for n in names if n in by_name]
-
-
-def narrow_to_tool(body: dict[str, Any], name: str) -> dict[str, Any]:
-    """``body`` offering only the function tool ``name``, with
-    ``tool_choice: "auto"`` and an instruction to call it, in the tool's
-    own wording: the first sentence of its description."""
-    tools = _only(body, [name])
-    first = purpose_of(tools[0]) if tools else ""
-    purpose = f" ({first})" if first else ""
-    out = {**body, "tools": tools, "tool_choice": "auto"}
-    return with_instruction(out, NAMED_INSTRUCTION.format(name=name, purpose=purpose))
-
-
-def narrow_to_tools(
-    body: dict[str, Any], names: list[str], required: bool | None = None
-) -> dict[str, Any]:
-    """``body`` offering only the function tools ``names`` (the ranking's
-    choice), with ``tool_choice: "auto"`` and a one-line instruction naming
-    them with their purposes (``purpose_of``). ``required`` (default: the
-    body's ``tool_choice``; the client's, when ``--required soft`` already
-    sent ``auto``) keeps its force in the instruction's words, not as a
-    decoding constraint."""
-    tools = _only(body, names)
-    listed = []
-    for t in tools:
-        first = purpose_of(t, MAX_NARROWED_PURPOSE)
-        name = t["function"]["name"]
-        listed.append(f"{name} ({first})" if first else name)
-    if required is None:
-        required = body.get("tool_choice") == "required"
-    template = NARROWED_REQUIRED if required else NARROWED_INSTRUCTION
-    out = {**body, "tools": tools, "tool_choice": "auto"}
-    return with_instruction(out, template.format(tools="; ".join(listed)))
-
-
-def with_instruction(body: dict[str, Any], text: str) -> dict[str, Any]:
-    """``body`` with ``text`` merged into the first system message
-    (several chat templates reject a system message anywhere but first)
-    or added as one."""
-    messages = [dict(m) for m in body["messages"]]
-    first = messages[0]
-    if first.get("role") in ("system", "developer") and isinstance(first.get("content"), str):
-        first["content"] = f"{first['content']}\n\n{text}"
-    else:
-        messages.insert(0, {"role": "system", "content": text})
-    out = dict(body)
-    out["messages"] = messages
-    return out
-
-
-#: The schema stated to a model whose server refused ``json_schema``.
-SCHEMA_INSTRUCTION = "Reply with one JSON value that matches this JSON Schema: {schema}"
-#: Longest schema quoted to the model when ``json_schema`` goes as
-#: ``json_object`` (a longer one is left out of the instruction).
-MAX_SCHEMA_QUOTED = 4000
-
-
-def json_object_instead(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with its ``json_schema`` format sent as ``json_object`` (the
-    JSON mode nearly every server has), the schema stated to the model in
-    the system message instead, for an upstream that refused the format
-    (``Learned.json_schema_refused``). The reply is still held to the
-    schema by the chain (``transforms/jsonout.py``): it reads the client's
-    request, not this body."""
-    fmt = body["response_format"]
-    spec = fmt.get("json_schema")
-    schema = orjson.dumps(spec.get("schema", {}) if isinstance(spec, dict) else {}).decode()
-    out = {**body, "response_format": {"type": "json_object"}}
-    if len(schema) > MAX_SCHEMA_QUOTED or not out.get("messages"):
-        return out
-    return with_instruction(out, SCHEMA_INSTRUCTION.format(schema=schema))
-
-
-def raise_allowance(
-    body: dict[str, Any], sent: dict[str, Any] | None, reservation: int
-) -> dict[str, Any]:
-    """``body`` asking for twice the output tokens last sent (the budget
-    clamps the result to the window). A request that set no limit is left
-    as is: the engine already allowed what fits."""
-    out = dict(body)
-    for key in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(key), int):
-            cur = (sent or body).get(key) or body[key] or reservation
-            out[key] = max(int(cur) * 2, body[key])
-    return out
-
-
-def count_trim(metrics: Metrics, up: Upstream, info: dict[str, Any]) -> None:
-    """A prompt was trimmed to fit ``up``'s window: counted and logged."""
-    metrics.prompt_trims.inc()
-    log.info("prompt trimmed for %s: %s", up.name, info)
-
 
 class AskAgain:
-    """The policy: whether to ask again, and the body to ask with."""
+    """The policy: whether and why to ask again (the body to ask with is
+    the plan's, ``Plan.again``)."""
 
     __slots__ = ("max_reasks", "metrics", "policy")
 
@@ -304,7 +73,7 @@ class AskAgain:
         self.policy = policy
         self.metrics = metrics
 
-    def reason(self, att: Attempt, report: Report, calls: int) -> str | None:
+    def reason(self, att: Plan, report: Report, calls: int) -> str | None:
         """Why the repaired reply is to be asked again, or None."""
         if att.reasks >= self.max_reasks:
             return None
@@ -322,7 +91,23 @@ class AskAgain:
             return "json"
         return None
 
-    def settle(self, att: Attempt, calls: int) -> None:
+    def again(self, att: Plan, report: Report, calls: int, sent: dict[str, Any]) -> str | None:
+        """Why the repaired reply is to be asked again (``reason``), with
+        ``att`` replanned for it (``next_body``); None: it is the reply."""
+        reason = self.reason(att, report, calls)
+        if reason is not None:
+            self.next_body(att, reason, sent)
+        return reason
+
+    def refused(self, up: Upstream, att: Plan, status: int, error: bytes) -> bool:
+        """An upstream's error answer the request is asked again for: a 400
+        ``context_length_exceeded`` (``context_exceeded``) or a refused
+        ``json_schema`` (``format_refused``)."""
+        if status == 400 and self.context_exceeded(up, att, error):
+            return True
+        return self.format_refused(up, att, status, error)
+
+    def settle(self, att: Plan, calls: int) -> None:
         """The reply the client gets is final: a named tool's outcome, and
         a narrowed request's, is counted."""
         if att.named:
@@ -342,32 +127,20 @@ class AskAgain:
                 outcome = "no_call"
             self.metrics.narrowed.labels(outcome).inc()
 
-    def next_body(self, att: Attempt, reason: str, sent: dict[str, Any]) -> None:
-        """``att.body`` for asking again for ``reason`` (counted)."""
+    def next_body(self, att: Plan, reason: str, sent: dict[str, Any]) -> None:
+        """``att`` replanned for asking again for ``reason``
+        (``Plan.again``), counted."""
         att.reasks += 1
         att.done.add(reason)
         self.metrics.reasks.labels(reason).inc()
         tracing.reasked(reason)
-        if reason == "truncated_call":
-            att.body = raise_allowance(att.body, sent.get("body"), self.policy.output_reservation)
-        elif reason == "narrowed":
-            assert att.full is not None
-            att.body = att.full
-        elif reason == "required":
-            att.body = with_required_instruction(att.body)
-        elif reason == "json":
-            error = att.json_error or "not JSON"
-            if error.startswith("cut off"):
-                att.body = raise_allowance(
-                    att.body, sent.get("body"), self.policy.output_reservation
-                )
-            att.body = with_instruction(att.body, JSON_INSTRUCTION.format(error=error))
+        att.again(reason, sent.get("body"), self.policy.output_reservation)
 
-    def format_refused(self, up: Upstream, att: Attempt, status: int, error: bytes) -> bool:
+    def format_refused(self, up: Upstream, att: Plan, status: int, error: bytes) -> bool:
         """An upstream's refusal of ``response_format: json_schema``
         (``engines.refuses_json_schema``): learned for the model on that
         row, so this and later requests go as ``json_object``
-        (``exchange.budgeted``), and asked again once. The model never ran,
+        (``plan.json_fallback_step``), and asked again once. The model never ran,
         so it is no re-ask of the model: ``max_reasks`` is not spent."""
         if "format" in att.done or not asks_json_schema(att.body):
             return False
@@ -379,7 +152,7 @@ class AskAgain:
         tracing.reasked("format")
         return True
 
-    def context_exceeded(self, up: Upstream, att: Attempt, error: bytes) -> bool:
+    def context_exceeded(self, up: Upstream, att: Plan, error: bytes) -> bool:
         """An upstream's ``context_length_exceeded`` error (``error``: the
         body of its HTTP 400, or an error event of its stream, never a
         reply's text: ``stream_error``): learn the window for the model
@@ -390,18 +163,18 @@ class AskAgain:
         window = window_from_error(error)
         if window is None or att.reasks >= self.max_reasks:
             return False
-        model = up.served(att.body.get("model"))
-        up.learn_window(model, window)
         prompt = prompt_tokens_from_error(error)
         estimate = estimate_prompt_tokens(att.body)
+        model = up.served(att.body.get("model"))
+        up.learn_window(model, window)
         if prompt and estimate:
             up.learn(model).token_scale = prompt / estimate
         # The prompt itself may be what does not fit: clamping the reply
         # alone cannot help then (llama.cpp lowers max_tokens by itself).
         scale = up.token_scale(model)
-        att.body, trim = fit_prompt(att.body, window, self.policy, scale=scale)
+        trim = att.refit(window, self.policy, scale)
         if trim is not None:
-            count_trim(self.metrics, up, trim)
+            self.metrics.count_trim(up.name, trim)
         att.reasks += 1
         att.done.add("context")
         self.metrics.reasks.labels("context").inc()

@@ -177,7 +177,9 @@ class Scope:
         status: int | None = 200 if client is not None else None
         trace, error = self.trace, None
         if trace is not None:
-            trace.start(self)
+            trace.start(
+                self.asked or self.model, self.tenant_label, self.stream, self.headers, self.arrived
+            )
         try:
             try:
                 async with deadline:

@@ -118,7 +118,6 @@ if TYPE_CHECKING:
 
     from ..context import Report
     from .config import ServerConfig
-    from .scope import Scope
     from .upstream.pool import Upstream, UpstreamFailure
 
 log = logging.getLogger("streamfix.server")
@@ -446,31 +445,39 @@ class RequestTrace:
 
     # -- the request ---------------------------------------------------------
 
-    def start(self, scope: Scope) -> None:
-        """The request span begins (``Scope.answer``), continuing the
-        client's trace context; the request's hooks find it from here on."""
-        model = scope.asked or scope.model
+    def start(
+        self,
+        model: str | None,
+        tenant: str,
+        stream: bool,
+        headers: Mapping[str, str],
+        arrived: float | None = None,
+    ) -> None:
+        """The request span begins (``Scope.answer``: the model asked, the
+        tenant's label, streamed or not, the caller's headers, when it
+        arrived on the loop's clock), continuing the client's trace
+        context; the request's hooks find it from here on."""
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": self.op,
             "gen_ai.provider.name": PROVIDER,
             "gen_ai.system": PROVIDER,
             "gen_ai.request.model": model,
-            "streamfix.tenant": scope.tenant_label,
-            "streamfix.stream": scope.stream,
+            "streamfix.tenant": tenant,
+            "streamfix.stream": stream,
         }
         if self.op == "chat":
             attrs["streamfix.door"] = self.endpoint
         attrs.update(self.notes)
         start = None
-        if scope.arrived is not None:  # the loop's clock: the body's reading counts
-            ago = asyncio.get_running_loop().time() - scope.arrived
+        if arrived is not None:  # the loop's clock: the body's reading counts
+            ago = asyncio.get_running_loop().time() - arrived
             start = time.time_ns() - int(max(0.0, ago) * 1e9)
         from opentelemetry import propagate
         from opentelemetry.trace import SpanKind
 
         self.span = self.tracer.start_span(
             f"{self.op} {model}",
-            context=propagate.extract(scope.headers),
+            context=propagate.extract(headers),
             kind=SpanKind.SERVER,
             attributes=attrs,
             start_time=start,

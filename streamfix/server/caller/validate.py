@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 from aiohttp import web
@@ -16,7 +16,19 @@ from ...wire.turn import check_stream
 from ..upstream.table import tenant_label
 
 if TYPE_CHECKING:
-    from ..proxy import Proxy
+    from ..config import ServerConfig
+
+
+class Gate(Protocol):
+    """What reading a request needs of the proxy (``proxy.Proxy``, which
+    sits above this module): its configuration (the timeouts) and its
+    count of answered requests."""
+
+    @property
+    def cfg(self) -> ServerConfig: ...
+
+    def count(self, endpoint: str, stream: bool, status: int, tenant: str = ...) -> None: ...
+
 
 #: Most tools one request may offer, and longest tool name (characters):
 #: they bound the body's JSON and the detector's matcher for a new set of
@@ -72,7 +84,7 @@ def arrived(request: web.Request) -> float:
     return t
 
 
-async def read_body(proxy: Proxy, request: web.Request) -> bytes:
+async def read_body(proxy: Gate, request: web.Request) -> bytes:
     """The request's body, read within ``client_timeout`` (and
     ``request_timeout``) of its arrival: a client that sends it slower, or
     stalls, is a 408 and its connection is closed (``guards.errors_mw``),
@@ -97,7 +109,7 @@ async def read_body(proxy: Proxy, request: web.Request) -> bytes:
 
 
 async def read_request(
-    proxy: Proxy,
+    proxy: Gate,
     request: web.Request,
     endpoint: str,
     check: Callable[[Any], dict[str, Any]],

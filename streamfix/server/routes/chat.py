@@ -3,8 +3,11 @@
 Streamed (through ``SSESession``), one request::
 
     read + validate body (caller.validate) ─► Scope: table, tenant, route
-      ─► Exchange.open: budget (fit the prompt, clamp max_tokens, engine
-         fields), pool.send (weighted choice, failover, retries) ─► 200?
+      ─► Plan.of: the request's steps (plan.py: named tool, soft required,
+         narrowing, its decision awaited before)
+      ─► Exchange.open: each row's steps (plan.for_row: served model,
+         budget, JSON fallback, engine fields), pool.send (weighted choice,
+         failover, retries) ─► 200?
       ─► prepare the caller's response (caller.stream)
       ─► Exchange.pump: each read through session.feed ─► hold or write
       ─► end: [DONE] passed on, or an error event (never a fake finish)
@@ -21,8 +24,8 @@ reply began, an error event (``request_timeout``) after.
 with ``--required soft`` and ``tool_choice: "required"``, until a call was
 emitted; while a ``response_format`` reply is held to its end,
 ``Chain.holding_json``) the repaired bytes are held, not written (``caller.stream.ClientStream``),
-so that the request can still be asked again (``reask.py``) without the
-client seeing two replies.
+so that the request can still be asked again (``reask.py`` decides
+why, ``Plan.again`` replans) without the client seeing two replies.
 
 *An upstream that ignores* ``stream: true`` and answers one JSON
 completion: it is repaired like a non-streamed reply and sent to the
@@ -50,15 +53,15 @@ from ... import jsoncodec
 from ...chain import Chain
 from ...context import Context
 from ...session import SSESession, error_event
-from ...spec import tools_of
 from ...wire import Door
 from .. import narrowing, record
 from ..caller.replies import calls_in, completion_to_sse
 from ..caller.stream import ClientStream
 from ..caller.validate import read_request, validate_chat
 from ..exchange import Exchange
+from ..plan import Plan
 from ..proxy import PROXY
-from ..reask import Attempt, named_tool, narrow_to_tool, narrow_to_tools, stream_error
+from ..reask import stream_error
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
@@ -82,98 +85,76 @@ async def serve_chat(
     scope = Scope.of(request, "chat" if door is None else door.endpoint, stream)
     scope.route("chat", body.get("model"))
     proxy = scope.proxy
-    soft = proxy.cfg.required == "soft" and bool(body.get("tools"))
-    name = named_tool(body) if soft else None
-    if name is not None:
-        up_body = narrow_to_tool(body, name)
-        # The chain lifts only what the model was shown: the one tool.
-        body = {**body, "tools": up_body["tools"]}
-    tools = tools_of(body)
-    if name is None:
-        soft = soft and body.get("tool_choice") == "required" and bool(tools)
-        up_body = {**body, "tool_choice": "auto"} if soft else dict(body)
-    # --narrow-tools: the model sees the few tools the turn needs; the
-    # chain still knows all the client's (a hidden one's call is valid)
-    narrowed = await narrowing.decide(scope, body) if name is None else None
-    full = up_body
-    if narrowed is not None and narrowed.kept is not None:
-        up_body = narrow_to_tools(
-            up_body, narrowed.kept, required=body.get("tool_choice") == "required"
-        )
-    if tools:
-        await proxy.build_matcher(tools)
+    # the request's steps (plan.py), narrowing's decision awaited before
+    narrowed = await narrowing.decide(scope, body)
+    plan = Plan.of(body, soft=proxy.cfg.required == "soft", narrowed=narrowed, door=door)
     if door is not None:
         # the usage a door reports when the upstream sends none
-        door.input_estimate = estimate_prompt_tokens(body)
-    att = Attempt(up_body, soft, door, name is not None, narrowed, full)
+        door.input_estimate = estimate_prompt_tokens(plan.client)
+    if plan.tools:
+        await proxy.build_matcher(plan.tools)
     async with proxy.slot():
         if not stream:
-            return await scope.answer(_whole(scope, body, att))
+            return await scope.answer(_whole(scope, plan))
         client = scope.client(request, door.encoder() if door else None)
-        return await scope.answer(_stream(scope, body, att, client), client)
+        return await scope.answer(_stream(scope, plan, client), client)
 
 
-async def _open(scope: Scope, att: Attempt) -> Exchange | None:
+async def _open(scope: Scope, plan: Plan) -> Exchange | None:
     """The attempt's upstream exchange (its narrowing noted in the
     recording); None when every row failed because the server refused the
     request's ``json_schema`` format (a 500 from llama-cpp-python's
     server): learned, and to be asked again as ``json_object``
     (``AskAgain.format_refused``)."""
     try:
-        ex = await Exchange.open(scope, PATH, att.body, budget=True)
+        ex = await Exchange.open(scope, PATH, plan)
     except UpstreamFailure as f:
         up, error = f.upstream, f.body
         if (
             up is None
             or error is None
-            or not scope.proxy.ask.format_refused(up, att, f.status, error)
+            or not scope.proxy.ask.format_refused(up, plan, f.status, error)
         ):
             raise
         return None
-    if att.narrowing:
-        assert att.narrowed is not None
-        record.narrowed(att.narrowed.note())
+    if plan.narrowing and plan.shown is not None:  # the narrowing step's note
+        record.narrowed(plan.shown)
     return ex
 
 
-async def _whole(scope: Scope, client_body: dict[str, Any], att: Attempt) -> web.StreamResponse:
+async def _whole(scope: Scope, plan: Plan) -> web.StreamResponse:
     """A non-streamed request's attempts, until one is the reply."""
     proxy = scope.proxy
     while True:
-        ex = await _open(scope, att)
+        ex = await _open(scope, plan)
         if ex is None:
             continue
         raw = await ex.whole()
         if not ex.ok:
-            if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
-                continue
-            if proxy.ask.format_refused(ex.up, att, ex.resp.status, raw):
+            if proxy.ask.refused(ex.up, plan, ex.resp.status, raw):
                 continue
             return ex.relayed(raw)
         obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
-        fixed, report = _repaired(ex, client_body, obj, att)
-        reason = proxy.ask.reason(att, report, calls_in(fixed))
+        fixed, report = _repaired(ex, obj, plan)
+        reason = proxy.ask.again(plan, report, calls_in(fixed), ex.sent)
         if reason is not None:
             log.info("asking %s again: %s", ex.up.name, reason)
-            proxy.ask.next_body(att, reason, ex.sent)
             continue
-        proxy.ask.settle(att, calls_in(fixed))
-        if att.door is None:
+        proxy.ask.settle(plan, calls_in(fixed))
+        if plan.door is None:
             reply = scope.named(fixed)
         else:
             record.chat_reply(jsoncodec.dumps(fixed))  # the chat side, for replay
-            reply = att.door.reply(fixed)
+            reply = plan.door.reply(fixed)
         out = web.Response(body=jsoncodec.dumps(reply), headers=ex.headers)
         out.content_type = "application/json"
         return out
 
 
-def _repaired(
-    ex: Exchange, client_body: dict[str, Any], obj: dict[str, Any], att: Attempt
-) -> tuple[dict[str, Any], Any]:
+def _repaired(ex: Exchange, obj: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], Any]:
     """A whole completion through the chain: (the repaired one, the report)."""
     proxy = ex.scope.proxy
-    ctx = Context.of(client_body, att.options(ex.options))
+    ctx = Context.of(plan.client, plan.options(ex.options))
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.of(ex.scope.model).observe(time.perf_counter() - t0)
@@ -183,21 +164,17 @@ def _repaired(
     return fixed, ctx.report
 
 
-async def _stream(
-    scope: Scope, client_body: dict[str, Any], att: Attempt, client: ClientStream
-) -> web.StreamResponse:
+async def _stream(scope: Scope, plan: Plan, client: ClientStream) -> web.StreamResponse:
     """A streamed request's attempts, until one is the reply."""
     proxy = scope.proxy
     while True:
-        ex = await _open(scope, att)
+        ex = await _open(scope, plan)
         if ex is None:
             continue
         try:
             if not ex.ok:
                 raw = await ex.error_body()
-                if ex.resp.status == 400 and proxy.ask.context_exceeded(ex.up, att, raw):
-                    continue
-                if proxy.ask.format_refused(ex.up, att, ex.resp.status, raw):
+                if proxy.ask.refused(ex.up, plan, ex.resp.status, raw):
                     continue
                 if not client.prepared:
                     return ex.relayed(raw)
@@ -211,17 +188,17 @@ async def _stream(
             if ex.resp.content_type == "application/json":
                 # the upstream ignored ``stream``: one completion (or an
                 # error) as JSON; repaired, then sent as a stream
-                return await _json_as_stream(ex, await ex.whole(), client, client_body, att)
+                return await _json_as_stream(ex, await ex.whole(), client, plan)
             # before prepare: fails as a 500
-            session = SSESession(client_body, **att.options(ex.options))
+            session = SSESession(plan.client, **plan.options(ex.options))
             await client.prepare(ex.headers)
-            outcome = await _attempt(ex, session, client, att)
+            outcome = await _attempt(ex, session, client, plan)
         finally:
             ex.close()
         if outcome.reask is None:
             return client.response
         if outcome.reask == "empty_stream":
-            if await _diagnose_empty(ex, att):
+            if await _diagnose_empty(ex, plan):
                 client.discard()
                 continue
             await client.commit()
@@ -231,14 +208,14 @@ async def _stream(
         log.info("asking %s again: %s", ex.up.name, outcome.reask)
         client.discard()
         if outcome.reask != "context":  # counted where the window was learned
-            proxy.ask.next_body(att, outcome.reask, ex.sent)
+            proxy.ask.next_body(plan, outcome.reask, ex.sent)
 
 
 async def _json_as_stream(
-    ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any], att: Attempt
+    ex: Exchange, raw: bytes, client: ClientStream, plan: Plan
 ) -> web.StreamResponse:
     obj = ex.completion(raw, type_="upstream_error")
-    ctx = Context.of(client_body, att.options(ex.options))
+    ctx = Context.of(plan.client, plan.options(ex.options))
     fixed = Chain(ctx).complete(obj)
     ex.scope.proxy.count_report(ctx.report, ex.scope.model)
     await client.prepare(CIMultiDict())
@@ -260,9 +237,7 @@ class Outcome:
         self.tail = tail
 
 
-async def _attempt(
-    ex: Exchange, session: SSESession, client: ClientStream, att: Attempt
-) -> Outcome:
+async def _attempt(ex: Exchange, session: SSESession, client: ClientStream, plan: Plan) -> Outcome:
     """Stream one upstream reply to the client, held until the chain has
     shown real output (a call, for ``required`` under ``--required soft``),
     and decide whether it is the reply."""
@@ -272,7 +247,7 @@ async def _attempt(
     def ready() -> bool:
         if chain.holding_json or session.report.json_invalid:
             return False  # held to its end: it may still be asked again
-        return chain.calls_emitted > 0 if att.wants_call else chain.output_started
+        return chain.calls_emitted > 0 if plan.wants_call else chain.output_started
 
     try:
         ended = await ex.pump(session, client, ready)
@@ -287,34 +262,34 @@ async def _attempt(
         # stream: the upstream's error events only, never the reply's text
         held = b"".join(client.held)
         error = stream_error(held) if b"context_length_exceeded" in held else None
-        if error is not None and proxy.ask.context_exceeded(up, att, error):
+        if error is not None and proxy.ask.context_exceeded(up, plan, error):
             return Outcome(None if client.gone() else "context")
     if ended.error is None and not client.committed:
-        reason = proxy.ask.reason(att, session.report, chain.calls_emitted)
+        reason = proxy.ask.reason(plan, session.report, chain.calls_emitted)
         if reason is not None:
             return Outcome(None if client.gone() else reason)
     if (
         not ended.got_data
         and not client.committed
-        and "context" not in att.done
-        and att.reasks < proxy.cfg.max_reasks
+        and "context" not in plan.done
+        and plan.reasks < proxy.cfg.max_reasks
     ):
         return Outcome("empty_stream", ended.tail)
-    proxy.ask.settle(att, chain.calls_emitted)
+    proxy.ask.settle(plan, chain.calls_emitted)
     await client.commit()
     if ended.tail:
         await client.write(ended.tail)
     return Outcome()
 
 
-async def _diagnose_empty(ex: Exchange, att: Attempt) -> bool:
+async def _diagnose_empty(ex: Exchange, plan: Plan) -> bool:
     """An HTTP 200 stream with an empty body: llama.cpp's answer when the
     prompt does not fit its window (no error, nothing to learn from).
     Ask the same upstream the same thing, not streamed and for one token:
     a ``context_length_exceeded`` there states the window and the
     prompt's size, and the request can be fitted and asked again.
     Returns True when it was."""
-    probe = {k: v for k, v in att.body.items() if k not in ("stream_options",)}
+    probe = {k: v for k, v in plan.body.items() if k not in ("stream_options",)}
     probe.update(stream=False, max_tokens=1)
     probe.pop("max_completion_tokens", None)
     try:
@@ -329,4 +304,4 @@ async def _diagnose_empty(ex: Exchange, att: Attempt) -> bool:
         return False
     finally:
         check.close()
-    return ex.scope.proxy.ask.context_exceeded(ex.up, att, raw)
+    return ex.scope.proxy.ask.context_exceeded(ex.up, plan, raw)

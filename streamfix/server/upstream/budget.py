@@ -9,7 +9,8 @@ A client that asks a 32K model for ``max_tokens: 65536`` gets an opaque 400
 - ``estimate_prompt_tokens``: a cheap over-estimate of a prompt's tokens;
 - ``clamp_request``: lower ``max_tokens`` / ``max_completion_tokens`` so the
   request fits;
-- ``fit_prompt``: drop the oldest turns of a prompt that cannot fit at all.
+- ``fit_prompt``: drop the oldest turns of a prompt that cannot fit at all;
+- ``fit_request``: both, for one row (``plan.budget_step``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Any
 
 import orjson
 
+from ...context import thinking_switch
+
 __all__ = [
     "BudgetPolicy",
     "clamp_request",
     "estimate_prompt_tokens",
     "fit_prompt",
+    "fit_request",
     "may_not_fit",
 ]
 
@@ -361,4 +365,29 @@ def fit_prompt(
 
 
 # --------------------------------------------------------------------------
-# Engine-specific request fields
+# Both, for one row
+
+
+def fit_request(
+    body: dict[str, Any],
+    window: int | None,
+    policy: BudgetPolicy,
+    *,
+    scale: float = 1.0,
+    counted: int | None = None,
+    reasons: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """A request fitted to a row's ``window``: the prompt trimmed when not
+    even the smallest reply would fit (``fit_prompt(known_over=False)``;
+    ``counted``, the server's own count of the prompt, decides instead of
+    the estimate times ``scale``), then the output allowance clamped
+    (``clamp_request``, with the reasoning reserve when the model
+    ``reasons`` there and the request did not switch thinking off).
+    Returns ``(body, trim, clamp)``: what each changed, or None."""
+    if counted is not None:
+        estimate = estimate_prompt_tokens(body)
+        scale = counted / estimate if estimate else scale
+    body, trim = fit_prompt(body, window, policy, scale=scale, known_over=False)
+    reasoning = reasons and thinking_switch(body) is not False
+    body, clamp = clamp_request(body, window, policy, reasoning=reasoning)
+    return body, trim, clamp

@@ -139,7 +139,7 @@ class Learned:
     #: Its server refused ``response_format: json_schema`` (an error status
     #: naming the field: llama-cpp-python's server takes only ``text`` and
     #: ``json_object``): such requests go as ``json_object``
-    #: (``engines.json_object_instead``).
+    #: (``plan.json_object_instead``).
     json_schema_refused: bool = False
 
 
