@@ -56,9 +56,9 @@ from multidict import CIMultiDict
 
 from . import jsoncodec
 from .api import fix_completion
+from .bodyreads import BodyReads
 from .context import Options, Report
 from .errors import TransformError, UpstreamProtocolError
-from .server.upstream.body import BodyReads
 from .session import SSESession
 
 __all__ = [

@@ -13,7 +13,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfix.server.upstream.body import BodyReads, takes_whole_buffer
+from streamfix.bodyreads import BodyReads, takes_whole_buffer
 
 from .support.upstream_fake import AppServer
 

@@ -43,6 +43,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from .. import jsoncodec
+from ..bodyreads import BodyReads
 from ..context import UNOPENED_HOLD, looks_like_reasoning, thinking_switch
 from ..errors import UpstreamProtocolError
 from ..plugins import factories
@@ -53,7 +54,6 @@ from .caller.stream import MAX_HELD_BYTES, ClientGone, ClientStream
 from .plan import Plan, Row, for_row, noted, served_model_step
 from .proxy import Proxy
 from .scope import Answered, Scope
-from .upstream.body import BodyReads
 from .upstream.budget import may_not_fit
 from .upstream.diagnose import in_words, missing_v1, short_body
 from .upstream.pool import (

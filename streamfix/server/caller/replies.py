@@ -23,9 +23,9 @@ import orjson
 from aiohttp import web
 
 from ... import jsoncodec
+from ...bodyreads import BodyReads
 from ...sse import DONE_EVENT, encode_data
 from .. import record
-from ..upstream.body import BodyReads
 from ..upstream.pool import UpstreamFailure, error_body
 
 #: Largest non-streamed upstream reply read into memory (bytes). A whole
