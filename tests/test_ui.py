@@ -396,6 +396,26 @@ def test_the_chart_draws_a_bar_per_kind_and_escapes_kinds() -> None:
     assert "no repairs" in repairs_chart([{}] * 60, "m")
 
 
+def test_a_loop_cut_among_many_json_repairs_has_its_own_series() -> None:
+    minutes: list[dict[str, int]] = [{} for _ in range(60)]
+    minutes[-1] = {f"stripped.k{i}": 50 + i for i in range(8)}
+    minutes[-1] |= {"json_fence": 300, "loop_cut": 1, "lifted.hermes": 1}
+    svg = repairs_chart(minutes, "m")
+    kinds = re.findall(r'data-kind="([^"]+)"', svg)
+    assert {"loop_cut", "lifted.hermes", "json_fence"} <= set(kinds)
+    assert "other" in kinds  # the long tail, summed
+    assert "stripped.k0" not in kinds  # the least frequent of the tail
+
+
+def test_the_login_label_names_its_input() -> None:
+    from streamfix.server.ui.pages import login_page
+
+    out = login_page()
+    assert '<label for="key">' in out and 'id="key"' in out
+    assert "for-=" not in out
+    assert tag("td", class_="x", data_row=1) == '<td class="x" data-row="1"></td>'
+
+
 def test_the_last_hour_is_a_ring_of_minutes() -> None:
     a = act.Activity()
     a.report("m", {"lifted.hermes": 1, "calls.structured": 5}, now=60.0 * 100)
