@@ -368,6 +368,21 @@ async def test_the_config_view_says_whether_keys_are_set_never_what_they_are(
     assert all(secret not in text for secret in SECRETS)
 
 
+def test_the_config_view_says_its_values_in_plain_words() -> None:
+    from streamfix.server.ui.pages import config_rows, size_words
+
+    rows = dict(config_rows(ServerConfig(request_timeout=0.0, keepalive_interval=0.0), 2))
+    assert rows["request_timeout"] == "no limit"  # its help: "0 = no limit"
+    assert rows["keepalive_interval"] == "none"  # its help: "0 = none"
+    assert rows["body_limit"] == "8 MiB"
+    assert rows["record_max_bytes"] == "256 MiB"
+    assert rows["record"] == "not set" and rows["narrow_embedding"] == "not set"
+    assert rows["traces"] == "off" and rows["formats"] == "none"
+    assert rows["read_timeout"] == "300 s" and rows["api_keys"] == "2 key(s) set"
+    assert "None" not in rows.values() and "0.0" not in rows.values()
+    assert (size_words(1536), size_words(512)) == ("1.5 KiB", "512 bytes")
+
+
 async def test_recordings_say_whose_key_they_came_with(tmp_path: Path) -> None:
     async with scene(tmp_path) as sc:
         tenants = sorted(orjson.loads(p.read_bytes())["tenant"] for p in sc.record.glob("*.json"))

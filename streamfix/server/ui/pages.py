@@ -8,12 +8,13 @@ which say whether a key is set, never what it is."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ServerConfig, TenantConfig, UpstreamConfig
+from ..config import SETTINGS, ServerConfig, Setting, TenantConfig, UpstreamConfig
 from ..probe import CASES
 from .activity import Sample
 from .charts import repairs_chart
@@ -489,15 +490,54 @@ def unrecognised_view(per_model: dict[str, int], samples: Sequence[Sample]) -> M
 # -- config ------------------------------------------------------------------
 
 
+#: What a setting's 0 means, as its help says it (``0 = no limit (default 0)``).
+_ZERO_MEANS = re.compile(r"\b0 = ([^(;]+?) \(default")
+
+_SETTING: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def size_words(n: int) -> str:
+    """A byte count as a person reads it: ``8388608`` is ``8 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def setting_words(name: str, value: object) -> str:
+    """A setting's value in plain words: ``None`` is "not set", a 0 says
+    what its help says it means ("no limit"), a byte count is in KiB/MiB,
+    a flag is on or off."""
+    setting = _SETTING.get(name)
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    if isinstance(value, int | float) and setting is not None:
+        zero = _ZERO_MEANS.search(setting.help)
+        if value == 0 and zero:
+            return zero.group(1)
+        if setting.metavar == "BYTES" and isinstance(value, int):
+            return size_words(value)
+        if setting.metavar == "SECONDS":
+            return f"{value:g} s"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def config_rows(cfg: ServerConfig, own_keys: int) -> list[tuple[str, str]]:
-    """Every setting but the credentials and the tables, as text (the
-    number of the proxy's own keys in force, not the keys)."""
+    """Every setting but the credentials and the tables, in plain words
+    (``setting_words``; the number of the proxy's own keys in force, not
+    the keys)."""
     out = []
     for f in dataclasses.fields(cfg):
         if f.name in HIDDEN_SETTINGS:
             continue
-        value = getattr(cfg, f.name)
-        out.append((f.name, ", ".join(value) if isinstance(value, list) else str(value)))
+        out.append((f.name, setting_words(f.name, getattr(cfg, f.name))))
     out.append(("api_keys", f"{own_keys} key(s) set"))
     return out
 
