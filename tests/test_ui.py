@@ -315,6 +315,8 @@ async def test_recordings_filter_by_model_tenant_and_reason(tmp_path: Path) -> N
         assert len(await names("?model=other-model")) == 1
         assert len(await names("?reason=unrecognised")) == 2
         assert len(await names("?reason=loop&tenant=team-a")) == 0
+        _, listing = await get(s, sc.root + "/ui/recordings?reason=repair")
+        assert "repair (lifted.hermes" in listing  # which repair, not only "repair"
         # a name that is not a recording's reaches nothing
         for bad in ("..%2Fsecret.json", "x.json", "%2Fetc%2Fpasswd"):
             assert (await get(s, sc.root + "/ui/recordings/" + bad))[0] == 404
@@ -366,6 +368,17 @@ async def test_the_config_view_says_whether_keys_are_set_never_what_they_are(
     assert "team-a" in text and "1 set" in text
     assert 'action="/ui/reload"' in text
     assert all(secret not in text for secret in SECRETS)
+
+
+def test_a_recordings_repairs_are_its_reports_kinds() -> None:
+    from streamfix.server.ui.recordings import repairs_of, summary_of
+
+    report = {"counts": {"calls.hermes": 1, "lifted.hermes": 1, "loop_cut": 1, "json_fence": 2}}
+    doc = {"format": "streamfix-recording/1", "reasons": ["repair", "loop"]}
+    doc["attempts"] = [{"report": report}, {"report": None}]
+    assert repairs_of(doc) == ("json_fence", "lifted.hermes", "asked again")
+    words = summary_of("x.json", doc).reasons_words()
+    assert words == "repair (json_fence, lifted.hermes, asked again), loop"
 
 
 def test_the_config_view_says_its_values_in_plain_words() -> None:

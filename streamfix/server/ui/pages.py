@@ -348,7 +348,7 @@ def recordings_view(
             tag("td", tag("a", s.at or s.name, href=f"/ui/recordings/{s.name}")),
             tag("td", s.model),
             tag("td", s.tenant),
-            tag("td", ", ".join(s.reasons)),
+            tag("td", s.reasons_words()),
             tag("td", s.path),
             tag("td", s.status if s.status is not None else "–", class_="num"),
         )
@@ -383,7 +383,7 @@ def recording_view(s: Sides) -> Markup:
                 ("recorded", sm.at),
                 ("model", sm.model),
                 ("tenant", sm.tenant),
-                ("reasons", ", ".join(sm.reasons)),
+                ("reasons", sm.reasons_words()),
                 ("path", sm.path),
                 ("status", str(sm.status)),
                 ("upstream attempts", str(s.attempts)),
