@@ -155,7 +155,9 @@ async def test_a_backend_that_needs_streamfix() -> None:
     out = io.StringIO()
     render(result, out)
     text = out.getvalue()
-    assert "| tools, a call wanted | streamed | call as text (qwen_xml) | 1 call(s) lifted |" in text
+    assert (
+        "| tools, a call wanted | streamed | call as text (qwen_xml) | 1 call(s) lifted |" in text
+    )
     assert "| tools, a call wanted | not streamed |" in text  # not "json": no JSON was asked
     assert "| json |" not in text
     assert "this backend needs it" in text

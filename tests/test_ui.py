@@ -341,6 +341,29 @@ async def test_the_models_view_shows_rows_requests_latency_and_the_last_hour(
     assert "user:" not in text  # the catch-all row's URL is shown without its credentials
 
 
+async def test_the_p99_leads_to_the_requests_of_the_slowest_reads(tmp_path: Path) -> None:
+    async with scene(tmp_path) as sc, browser() as s:
+        payload = {"model": "m", "messages": [{"role": "user", "content": "plain"}], "stream": True}
+        async with s.post(
+            sc.proxy.url + "/chat/completions",
+            data=orjson.dumps(payload),
+            headers={"Authorization": f"Bearer {ADMIN_KEY}", "X-Request-Id": "mine-1"},
+        ) as r:
+            assert r.status == 200
+            await r.read()
+            assert r.headers["X-Streamfix-Request-Id"] == "mine-1"  # the client's id kept
+        await logged_in(s, sc)
+        _, text = await get(s, sc.root + "/ui")
+        link = re.search(r'<a href="/ui/slow/0" title="the read at the p99: request ([^"]+)"', text)
+        assert link, text
+        status, slow = await get(s, sc.root + "/ui/slow/0")
+    assert status == 200
+    ids = re.findall(r"<code>([^<]+)</code>", slow)
+    assert len(ids) == len(set(ids)) == 7  # one row per request: six scripted, one plain
+    assert "mine-1" in ids and link.group(1) in ids
+    assert 'class="at-p99"' in slow
+
+
 async def test_the_unrecognised_view_has_the_samples_and_the_count_per_model(
     tmp_path: Path,
 ) -> None:
@@ -442,6 +465,24 @@ def test_the_login_label_names_its_input() -> None:
     assert '<label for="key">' in out and 'id="key"' in out
     assert "for-=" not in out
     assert tag("td", class_="x", data_row=1) == '<td class="x" data-row="1"></td>'
+
+
+def test_the_slowest_reads_are_bounded_one_per_request() -> None:
+    from streamfix.server import requestid
+    from streamfix.server.metrics import SlowReads
+
+    slow = SlowReads(size=3)
+    for i in range(10):
+        token = requestid._CURRENT.set(f"r{i % 5}")
+        try:
+            slow.offer(0.001 * (i + 1))
+        finally:
+            requestid._CURRENT.reset(token)
+    kept = slow.slowest()
+    assert [r.request_id for r in kept] == ["r4", "r3", "r2"]  # each at its slowest read
+    assert [round(r.seconds, 3) for r in kept] == [0.01, 0.009, 0.008]
+    assert slow.floor == kept[-1].seconds  # a faster read costs one comparison
+    assert len(slow.heap) == 3
 
 
 def test_the_last_hour_is_a_ring_of_minutes() -> None:

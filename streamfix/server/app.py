@@ -33,6 +33,7 @@ from . import record
 from .caller.guards import auth_mw, errors_mw
 from .config import ServerConfig
 from .proxy import PROXY, ConfigSource, Proxy
+from .requestid import add_request_ids, request_id_mw
 from .routes.chat import chat
 from .routes.completions import completions
 from .routes.doors import add_doors, door_errors_mw
@@ -76,8 +77,10 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     routing table from it (``Proxy.reload``)."""
     proxy = Proxy(config, source)
     app = web.Application(
-        client_max_size=config.body_limit, middlewares=[door_errors_mw, errors_mw, auth_mw]
+        client_max_size=config.body_limit,
+        middlewares=[request_id_mw, door_errors_mw, errors_mw, auth_mw],
     )
+    add_request_ids(app)
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import SETTINGS, ServerConfig, Setting, TenantConfig, UpstreamConfig
+from ..metrics import SlowRead
 from ..probe import CASES
 from .activity import Sample
 from .charts import repairs_chart
@@ -134,6 +135,17 @@ class ModelRow:
     p99: float | None
     minutes: list[dict[str, int]] = field(default_factory=list)
     probe: ProbeRun | None = None
+    #: The model's slowest reads, slowest first (``metrics.SlowReads``).
+    slow: list[SlowRead] = field(default_factory=list)
+
+
+def read_at(reads: Sequence[SlowRead], p99: float | None) -> SlowRead | None:
+    """The kept read the p99 stands for: the fastest of those at or above
+    it (the p99 is estimated from buckets), else the slowest kept."""
+    if not reads:
+        return None
+    above = [r for r in reads if p99 is not None and r.seconds >= p99]
+    return min(above) if above else max(reads)
 
 
 def _us(seconds: float | None) -> str:
@@ -201,7 +213,7 @@ def models_view(rows: Sequence[ModelRow], csrf: str | None, busy: bool) -> Marku
                     tag("div", f"{r.errors} errors", class_="muted") if r.errors else None,
                     class_="num",
                 ),
-                tag("td", f"{_us(r.p50)} / {_us(r.p99)}", class_="num"),
+                tag("td", f"{_us(r.p50)} / ", _p99_link(r), class_="num"),
                 tag("td", repairs_chart(r.minutes, r.label)),
                 tag("td", probe_cell),
                 data_row=r.index,
@@ -214,6 +226,53 @@ def models_view(rows: Sequence[ModelRow], csrf: str | None, busy: bool) -> Marku
         class_="muted",
     )
     return join([tag("table", tag("thead", head), tag("tbody", body), class_="models"), note])
+
+
+def _p99_link(r: ModelRow) -> Markup | str:
+    """The p99, linked to the model's slowest reads (the request ids)."""
+    at = read_at(r.slow, r.p99)
+    if at is None:
+        return _us(r.p99)
+    return tag(
+        "a",
+        _us(r.p99),
+        href=f"/ui/slow/{r.index}",
+        title=f"the read at the p99: request {at.request_id or '(none)'}",
+        class_="p99",
+    )
+
+
+def slow_view(row: ModelRow) -> Markup:
+    """A model's slowest reads with the requests they were in: a slow p99
+    is findable (``X-Streamfix-Request-Id`` on the response, the proxy's
+    log, a recording of the same time)."""
+    if not row.slow:
+        return tag("p", "No read of this model since this process started.")
+    at = read_at(row.slow, row.p99)
+    rows = [
+        tag(
+            "tr",
+            tag("td", _us(r.seconds), class_="num"),
+            tag("td", tag("code", r.request_id or "(outside a request)")),
+            tag("td", _clock(r.at)),
+            tag("td", "the p99" if r is at else ("above the p99" if at and r > at else "")),
+            class_="at-p99" if r is at else None,
+        )
+        for r in row.slow
+    ]
+    return join(
+        [
+            tag(
+                "p",
+                f"Added latency of {row.label}: p50 {_us(row.p50)}, p99 {_us(row.p99)}. "
+                f"The slowest {len(row.slow)} read(s) kept, one per request, slowest first; "
+                "each response carries its request id as X-Streamfix-Request-Id (a client's "
+                "own X-Request-Id is kept as the id).",
+                class_="muted",
+            ),
+            _table(("time in streamfix", "request id", "when", ""), rows, "slow"),
+        ]
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Markup], class_: str) -> Markup:

@@ -82,9 +82,9 @@ def repairs_of(doc: dict[str, Any]) -> tuple[str, ...]:
     for att in attempts if isinstance(attempts, list) else ():
         report = _dict(_dict(att).get("report"))
         for kind, n in _dict(report.get("counts")).items():
-            if isinstance(n, int) and n and not kind.startswith("calls."):
-                if kind not in _OWN_REASON:
-                    totals[kind] = totals.get(kind, 0) + n
+            ours = not kind.startswith("calls.") and kind not in _OWN_REASON
+            if ours and isinstance(n, int) and n:
+                totals[kind] = totals.get(kind, 0) + n
     kinds = sorted(totals, key=lambda k: (-totals[k], k))
     if isinstance(attempts, list) and len(attempts) > 1:
         kinds.append("asked again")
