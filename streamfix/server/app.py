@@ -38,6 +38,7 @@ from .routes.chat import chat
 from .routes.completions import completions
 from .routes.doors import add_doors, door_errors_mw
 from .routes.embeddings import embeddings
+from .routes.misroute import wrong_base_mw
 from .routes.models import models
 from .routes.status import healthz, metrics
 
@@ -78,7 +79,7 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     proxy = Proxy(config, source)
     app = web.Application(
         client_max_size=config.body_limit,
-        middlewares=[request_id_mw, door_errors_mw, errors_mw, auth_mw],
+        middlewares=[request_id_mw, door_errors_mw, errors_mw, auth_mw, wrong_base_mw],
     )
     add_request_ids(app)
     app[PROXY] = proxy
