@@ -75,7 +75,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 2
     try:
-        url = check_url(given[0])  # as serve checks its rows
+        # as serve checks its rows; a row's options (``#window=…``) are serve's
+        url = check_url(given[0].partition("#")[0])
         load_plugins(args.formats)
         steps = factories(tuple(args.transforms or ()))
     except (ConfigError, PluginError) as exc:
