@@ -137,6 +137,47 @@ def test_bad_settings(argv: list[str]) -> None:
         config(argv)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--upstream", "http://127.0.0.1:1/v1", "--port", "abc"],
+        ["serve", "--upstream", "http://127.0.0.1:1/v1", "--no-such-flag"],
+        ["serve", "--upstream", "127.0.0.1:1/v1"],
+        ["serve", "--upstream", "http://127.0.0.1:1/v1", "--required", "hard"],
+        ["serve", "--upstream", "http://127.0.0.1:1/v1#weight=0"],
+        ["replay"],
+        ["probe", "http://127.0.0.1:1/v1", "--bogus"],
+        ["bogus"],
+    ],
+)
+def test_every_flag_or_config_error_is_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    [line] = err.splitlines()
+    assert ": error: " in line and "usage:" not in line and "--help" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["probe", "127.0.0.1:9/v1"], ["probe", "--upstream", "127.0.0.1:9/v1"], ["probe"]],
+)
+def test_probe_checks_its_url_as_serve_does(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("streamfix probe: ")
+    if "127.0.0.1:9/v1" in argv:  # the very words serve says of such a row
+        with pytest.raises(ConfigError) as served:
+            parse_upstream("127.0.0.1:9/v1")
+        assert line == f"streamfix probe: {served.value}"
+        assert "Error" not in line  # no aiohttp class name
+
+
 def test_no_upstream_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
     old = dict(os.environ)

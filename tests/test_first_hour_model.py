@@ -72,3 +72,57 @@ def test_the_launcher_runs_without_arguments(monkeypatch: pytest.MonkeyPatch) ->
     ]
     given = ["--model", "/x.gguf", "--interrupt_requests=true", "--port", "9"]
     assert local.launcher_argv(given) == given
+
+
+class _Served:
+    """``LocalServer`` standing in for llama.cpp: ``base_url`` is a fake
+    upstream's; waiting on the process is a Ctrl-C."""
+
+    def __init__(self, url: str) -> None:
+        self.base_url = url
+        self.startup_seconds = 0.1
+
+        class _Process:
+            def wait(self) -> int:
+                raise KeyboardInterrupt
+
+        self.process = _Process()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_the_printed_serve_line_passes_the_window_to_healthz(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    import aiohttp
+
+    from streamfix.server.app import create_app
+    from streamfix.tools.cli import build_parser, config_from_args
+
+    from .support.upstream_fake import AppServer, FakeUpstream, free_port
+
+    async with FakeUpstream() as up:  # answers /v1/models with no window anywhere
+        monkeypatch.setattr(model_command, "install_commands", lambda: [])
+        monkeypatch.setattr(model_command, "LocalServer", lambda **kw: _Served(up.url))
+        code = main(["model", "--port", str(free_port())])  # no I/O: the server is a stand-in
+        assert code == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("next:")]
+        argv = shlex.split(line.removeprefix("next:"))
+        assert argv[:2] == ["streamfix", "serve"]
+        args = build_parser().parse_args([*argv[1:], "--probe-interval", "0"])
+        async with (
+            AppServer(create_app(config_from_args(args, {}))) as px,
+            aiohttp.ClientSession() as s,
+            s.get(px.root + "/healthz") as r,
+        ):
+            health = await r.json()
+    assert health["upstreams"][0]["window"] == 2048
+    assert model_command.serve_line("http://h:1/v1", 4096) == (
+        "streamfix serve --upstream 'http://h:1/v1#window=4096'"
+    )

@@ -155,15 +155,16 @@ def _free_port() -> int:
         (["--pool-wait", "-2"], "pool_wait must not be negative"),
     ],
 )
-def test_bad_timeouts_are_one_line_with_serves_usage(
+def test_bad_timeouts_are_one_line_naming_serve(
     flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--upstream", "http://127.0.0.1:1/v1", *flags])
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert err.startswith("usage: streamfix serve ")  # serve's usage, not the top level's
-    assert said in err.splitlines()[-1]
+    [line] = err.splitlines()  # the usage only with --help
+    assert line.startswith("streamfix serve: error: ")  # serve's, not the top level's
+    assert said in line and line.endswith("(see streamfix serve --help)")
 
 
 def test_a_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -154,6 +154,44 @@ def test_a_user_step_runs_after_the_repairs_and_sees_lifted_calls() -> None:
     assert got.calls == () and got.content.strip() == "ok"
 
 
+class Shout:
+    """Upper-cases content in ``feed`` only (``close`` does nothing)."""
+
+    def __init__(self, ctx: Any) -> None:
+        pass
+
+    def feed(self, d: Delta) -> None:
+        if d.content:
+            d.content = d.content.upper()
+
+    def close(self, d: Delta) -> None:
+        pass
+
+
+class ShoutAlways(Shout):
+    close = Shout.feed
+
+
+def test_a_whole_reply_reaches_a_step_only_through_close() -> None:
+    """docs/extending.md: a step editing only in ``feed`` leaves a whole
+    reply unchanged; the same edit in ``close`` reaches it."""
+    whole = {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+    }
+    streamed = testing.reply(
+        testing.run(testing.sse_stream(["hi ", "there"]), {}, transforms=[Shout])
+    )
+    assert streamed.content == "HI THERE"  # streamed: every chunk is fed
+    fed_only = streamfix.fix_completion(whole, {}, transforms=[Shout])
+    assert fed_only["choices"][0]["message"]["content"] == "hi"  # never fed
+    closed = streamfix.fix_completion(whole, {}, transforms=[ShoutAlways])
+    assert closed["choices"][0]["message"]["content"] == "HI"
+
+
 class Boom:
     def __init__(self, ctx: Any) -> None:
         self.n = 0
@@ -626,3 +664,54 @@ def test_config_reads_transforms_and_formats(tmp_path: Path) -> None:
     assert cfg.upstreams[0].transforms == ("redact:RedactEmails", "tests.test_plugins:Refuse")
     with pytest.raises(ConfigError, match="cannot import"):
         build_config({"upstreams": ["http://127.0.0.1:9/v1"], "transforms": ["no_such_mod:X"]}, {})
+
+
+async def test_replay_registers_the_format_plugins_a_recording_was_made_with(
+    tmp_path: Path,
+) -> None:
+    """``serve --format M`` writes ``formats: [M]`` in each recording;
+    replay registers it again (as it loads the recorded steps by name),
+    so ``replay --check`` needs no ``--format`` to replay it the same."""
+    from streamfix.formats.registry import registered, unregister
+    from streamfix.plugins import register_spec
+    from streamfix.server.app import create_app
+    from streamfix.server.config import ServerConfig, parse_upstream
+    from streamfix.server.record import RECORDER
+    from streamfix.server.replay import replay_file
+
+    spec = "streamfix_myshape"
+    plugin = register_spec(spec)  # what serve's load_plugins does with --format
+    try:
+        stream_reply = Reply.stream(testing.sse_stream(UPSTREAM_TEXT))
+        async with FakeUpstream(stream_reply) as up:
+            cfg = ServerConfig(
+                upstreams=[parse_upstream(up.url)],
+                formats=[spec],
+                record=str(tmp_path),
+                record_on="repair",
+                probe_interval=0,
+            )
+            app = create_app(cfg)
+            async with AppServer(app) as px:
+                client = openai.AsyncOpenAI(api_key="x", base_url=px.url, max_retries=0)
+                tools: Any = REQ["tools"]
+                msgs: Any = [{"role": "user", "content": "weather?"}]
+                stream = await client.chat.completions.create(
+                    model="m", messages=msgs, tools=tools, stream=True
+                )
+                assert [ch async for ch in stream]
+                await client.close()
+                assert await asyncio.to_thread(app[RECORDER].flush, 5.0)
+    finally:
+        unregister(plugin)  # replay starts without it, as a new process would
+    [path] = list(tmp_path.glob("*.json"))
+    assert orjson.loads(path.read_bytes())["formats"] == [spec]
+    try:
+        outcome = replay_file(path)
+        assert outcome.verdict == "same", outcome.notes
+        assert outcome.now is not None and outcome.now.calls  # lifted again, by the plugin
+        assert any(p.name == spec for p in registered())
+    finally:
+        for p in registered():
+            if p.name == spec:
+                unregister(p)

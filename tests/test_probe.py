@@ -155,7 +155,11 @@ async def test_a_backend_that_needs_streamfix() -> None:
     out = io.StringIO()
     render(result, out)
     text = out.getvalue()
-    assert "| tools, a call wanted | stream | call as text (qwen_xml) | 1 call(s) lifted |" in text
+    assert (
+        "| tools, a call wanted | streamed | call as text (qwen_xml) | 1 call(s) lifted |" in text
+    )
+    assert "| tools, a call wanted | not streamed |" in text  # not "json": no JSON was asked
+    assert "| json |" not in text
     assert "this backend needs it" in text
 
 
@@ -260,7 +264,7 @@ async def test_probe_runs_the_chain_with_a_users_steps(capsys: pytest.CaptureFix
             main, ["probe", "--upstream", up.url, "--transform", "tests.test_probe:Silence"]
         )
     assert plain == 0 and code == 0  # the backend itself needs no repair
-    assert "| plain answer | stream | fine | still: empty reply |" in capsys.readouterr().out
+    assert "| plain answer | streamed | fine | still: empty reply |" in capsys.readouterr().out
 
 
 def test_probe_refuses_a_step_it_cannot_load(capsys: pytest.CaptureFixture[str]) -> None:

@@ -315,6 +315,8 @@ async def test_recordings_filter_by_model_tenant_and_reason(tmp_path: Path) -> N
         assert len(await names("?model=other-model")) == 1
         assert len(await names("?reason=unrecognised")) == 2
         assert len(await names("?reason=loop&tenant=team-a")) == 0
+        _, listing = await get(s, sc.root + "/ui/recordings?reason=repair")
+        assert "repair (lifted.hermes" in listing  # which repair, not only "repair"
         # a name that is not a recording's reaches nothing
         for bad in ("..%2Fsecret.json", "x.json", "%2Fetc%2Fpasswd"):
             assert (await get(s, sc.root + "/ui/recordings/" + bad))[0] == 404
@@ -337,6 +339,29 @@ async def test_the_models_view_shows_rows_requests_latency_and_the_last_hour(
     assert re.search(r'class="num">6<', named)  # six requests for m
     assert " µs / " in named  # p50 / p99 from its histogram
     assert "user:" not in text  # the catch-all row's URL is shown without its credentials
+
+
+async def test_the_p99_leads_to_the_requests_of_the_slowest_reads(tmp_path: Path) -> None:
+    async with scene(tmp_path) as sc, browser() as s:
+        payload = {"model": "m", "messages": [{"role": "user", "content": "plain"}], "stream": True}
+        async with s.post(
+            sc.proxy.url + "/chat/completions",
+            data=orjson.dumps(payload),
+            headers={"Authorization": f"Bearer {ADMIN_KEY}", "X-Request-Id": "mine-1"},
+        ) as r:
+            assert r.status == 200
+            await r.read()
+            assert r.headers["X-Streamfix-Request-Id"] == "mine-1"  # the client's id kept
+        await logged_in(s, sc)
+        _, text = await get(s, sc.root + "/ui")
+        link = re.search(r'<a href="/ui/slow/0" title="the read at the p99: request ([^"]+)"', text)
+        assert link, text
+        status, slow = await get(s, sc.root + "/ui/slow/0")
+    assert status == 200
+    ids = re.findall(r"<code>([^<]+)</code>", slow)
+    assert len(ids) == len(set(ids)) == 7  # one row per request: six scripted, one plain
+    assert "mine-1" in ids and link.group(1) in ids
+    assert 'class="at-p99"' in slow
 
 
 async def test_the_unrecognised_view_has_the_samples_and_the_count_per_model(
@@ -368,6 +393,32 @@ async def test_the_config_view_says_whether_keys_are_set_never_what_they_are(
     assert all(secret not in text for secret in SECRETS)
 
 
+def test_a_recordings_repairs_are_its_reports_kinds() -> None:
+    from streamfix.server.ui.recordings import repairs_of, summary_of
+
+    report = {"counts": {"calls.hermes": 1, "lifted.hermes": 1, "loop_cut": 1, "json_fence": 2}}
+    doc = {"format": "streamfix-recording/1", "reasons": ["repair", "loop"]}
+    doc["attempts"] = [{"report": report}, {"report": None}]
+    assert repairs_of(doc) == ("json_fence", "lifted.hermes", "asked again")
+    words = summary_of("x.json", doc).reasons_words()
+    assert words == "repair (json_fence, lifted.hermes, asked again), loop"
+
+
+def test_the_config_view_says_its_values_in_plain_words() -> None:
+    from streamfix.server.ui.pages import config_rows, size_words
+
+    rows = dict(config_rows(ServerConfig(request_timeout=0.0, keepalive_interval=0.0), 2))
+    assert rows["request_timeout"] == "no limit"  # its help: "0 = no limit"
+    assert rows["keepalive_interval"] == "none"  # its help: "0 = none"
+    assert rows["body_limit"] == "8 MiB"
+    assert rows["record_max_bytes"] == "256 MiB"
+    assert rows["record"] == "not set" and rows["narrow_embedding"] == "not set"
+    assert rows["traces"] == "off" and rows["formats"] == "none"
+    assert rows["read_timeout"] == "300 s" and rows["api_keys"] == "2 key(s) set"
+    assert "None" not in rows.values() and "0.0" not in rows.values()
+    assert (size_words(1536), size_words(512)) == ("1.5 KiB", "512 bytes")
+
+
 async def test_recordings_say_whose_key_they_came_with(tmp_path: Path) -> None:
     async with scene(tmp_path) as sc:
         tenants = sorted(orjson.loads(p.read_bytes())["tenant"] for p in sc.record.glob("*.json"))
@@ -394,6 +445,44 @@ def test_the_chart_draws_a_bar_per_kind_and_escapes_kinds() -> None:
     assert svg.count("<rect") == 3 + 3  # three bars, three legend swatches
     assert "&lt;b&gt;" in svg and "<b>" not in svg
     assert "no repairs" in repairs_chart([{}] * 60, "m")
+
+
+def test_a_loop_cut_among_many_json_repairs_has_its_own_series() -> None:
+    minutes: list[dict[str, int]] = [{} for _ in range(60)]
+    minutes[-1] = {f"stripped.k{i}": 50 + i for i in range(8)}
+    minutes[-1] |= {"json_fence": 300, "loop_cut": 1, "lifted.hermes": 1}
+    svg = repairs_chart(minutes, "m")
+    kinds = re.findall(r'data-kind="([^"]+)"', svg)
+    assert {"loop_cut", "lifted.hermes", "json_fence"} <= set(kinds)
+    assert "other" in kinds  # the long tail, summed
+    assert "stripped.k0" not in kinds  # the least frequent of the tail
+
+
+def test_the_login_label_names_its_input() -> None:
+    from streamfix.server.ui.pages import login_page
+
+    out = login_page()
+    assert '<label for="key">' in out and 'id="key"' in out
+    assert "for-=" not in out
+    assert tag("td", class_="x", data_row=1) == '<td class="x" data-row="1"></td>'
+
+
+def test_the_slowest_reads_are_bounded_one_per_request() -> None:
+    from streamfix.server import requestid
+    from streamfix.server.metrics import SlowReads
+
+    slow = SlowReads(size=3)
+    for i in range(10):
+        token = requestid._CURRENT.set(f"r{i % 5}")
+        try:
+            slow.offer(0.001 * (i + 1))
+        finally:
+            requestid._CURRENT.reset(token)
+    kept = slow.slowest()
+    assert [r.request_id for r in kept] == ["r4", "r3", "r2"]  # each at its slowest read
+    assert [round(r.seconds, 3) for r in kept] == [0.01, 0.009, 0.008]
+    assert slow.floor == kept[-1].seconds  # a faster read costs one comparison
+    assert len(slow.heap) == 3
 
 
 def test_the_last_hour_is_a_ring_of_minutes() -> None:

@@ -35,10 +35,12 @@ from . import record
 from .caller.guards import auth_mw, errors_mw
 from .config import ServerConfig
 from .proxy import PROXY, ConfigSource, Proxy
+from .requestid import add_request_ids, request_id_mw
 from .routes.chat import chat
 from .routes.completions import completions
 from .routes.doors import add_doors, door_errors_mw
 from .routes.embeddings import embeddings
+from .routes.misroute import wrong_base_mw
 from .routes.models import models
 from .routes.status import healthz, metrics
 
@@ -78,8 +80,10 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     routing table from it (``Proxy.reload``)."""
     proxy = Proxy(config, source)
     app = web.Application(
-        client_max_size=config.body_limit, middlewares=[door_errors_mw, errors_mw, auth_mw]
+        client_max_size=config.body_limit,
+        middlewares=[request_id_mw, door_errors_mw, errors_mw, auth_mw, wrong_base_mw],
     )
+    add_request_ids(app)
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)

@@ -430,16 +430,23 @@ def parse_upstream(spec: str) -> UpstreamConfig:
     return upstream_of({"url": url, **kw})
 
 
+def check_url(url: str) -> str:
+    """An upstream's base URL, without a trailing ``/``, or a ConfigError
+    that says what is wrong (``serve``'s rows and ``probe`` alike)."""
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"upstream URL {url!r}: expected http(s)://host[:port]/v1")
+    return url
+
+
 def upstream_of(table: Mapping[str, Any]) -> UpstreamConfig:
     known = {"url", "weight", "api_key", "window", "reasoning", "vision", "model", "name", "kind"}
     known.update(("transform", "narrow_tools"))
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"upstream: unknown option(s) {', '.join(unknown)}")
-    url = str(table.get("url") or "").strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"upstream URL {url!r}: expected http(s)://host[:port]/v1")
+    url = check_url(str(table.get("url") or ""))
     weight = _convert(float, "weight", table.get("weight", 1.0))
     if weight <= 0:
         raise ConfigError(f"upstream {url}: weight must be > 0")

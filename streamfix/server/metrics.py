@@ -11,20 +11,27 @@ so a new transformer's counter shows up without touching this module.
 
 The chunk histogram is kept per model label (``ChunkHistograms``) for the
 operator page's p50/p99 per model (``server/ui``), and exposed as the one
-unlabelled ``streamfix_chunk_seconds`` histogram it always was.
+unlabelled ``streamfix_chunk_seconds`` histogram it always was; each
+model's also keeps its slowest reads with their request ids
+(``SlowReads``), so the page's p99 leads to the requests it came from.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+
+from . import requestid
 
 log = logging.getLogger("streamfix.server")
 
@@ -46,7 +53,63 @@ CHUNK_BUCKETS = (
     0.25,
 )
 
-__all__ = ["CONTENT_TYPE_LATEST", "ChunkHistogram", "ChunkHistograms", "Metrics"]
+#: Slowest reads kept per model (the operator page's p99 names them).
+MAX_SLOW = 20
+
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "ChunkHistogram",
+    "ChunkHistograms",
+    "Metrics",
+    "SlowRead",
+    "SlowReads",
+]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SlowRead:
+    """One read that took streamfix long: how long, when (wall clock),
+    the request it was in (``requestid``; None outside a request)."""
+
+    seconds: float
+    at: float
+    request_id: str | None
+
+
+class SlowReads:
+    """The ``MAX_SLOW`` slowest reads of one model, the slowest read of a
+    request once (a slow stream does not push every other request out).
+    The hot path is one comparison (``floor``) until a read is among them."""
+
+    __slots__ = ("floor", "heap", "size")
+
+    def __init__(self, size: int = MAX_SLOW) -> None:
+        self.size = size
+        self.heap: list[SlowRead] = []
+        #: The fastest kept once full: a read no slower is not kept.
+        self.floor = 0.0
+
+    def offer(self, seconds: float) -> None:
+        rid = requestid.current()
+        heap = self.heap
+        for i, kept in enumerate(heap):
+            if rid is not None and kept.request_id == rid:
+                if seconds > kept.seconds:
+                    heap[i] = SlowRead(seconds, time.time(), rid)
+                    heapq.heapify(heap)
+                break
+        else:
+            read = SlowRead(seconds, time.time(), rid)
+            if len(heap) < self.size:
+                heapq.heappush(heap, read)
+            else:
+                heapq.heapreplace(heap, read)
+        if len(heap) >= self.size:
+            self.floor = heap[0].seconds
+
+    def slowest(self) -> list[SlowRead]:
+        """The reads kept, slowest first."""
+        return sorted(self.heap, reverse=True)
 
 
 class ChunkHistogram(Collector):
@@ -58,16 +121,27 @@ class ChunkHistogram(Collector):
     single thread, and is turned into the same exposition at scrape time.
     """
 
-    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: tuple[float, ...],
+        slow: SlowReads | None = None,
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.bounds = buckets
         self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
         self.total = 0.0
+        #: The slowest reads with their request ids (the per-model ones).
+        self.slow = slow
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
+        slow = self.slow
+        if slow is not None and value > slow.floor:
+            slow.offer(value)
 
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile estimated from the buckets as Prometheus's
@@ -118,7 +192,9 @@ class ChunkHistograms(ChunkHistogram):
     def of(self, model: str) -> ChunkHistogram:
         h = self.models.get(model)
         if h is None:
-            h = self.models[model] = ChunkHistogram(self.name, self.documentation, self.bounds)
+            h = self.models[model] = ChunkHistogram(
+                self.name, self.documentation, self.bounds, SlowReads()
+            )
         return h
 
     def collect(self) -> Iterator[HistogramMetricFamily]:

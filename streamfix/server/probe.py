@@ -556,6 +556,11 @@ async def _first_model(
         return None
 
 
+def mode_of(stream: bool) -> str:
+    """A case's mode in plain words (each case is sent both ways)."""
+    return "streamed" if stream else "not streamed"
+
+
 def cells(result: Probe) -> list[tuple[str, str, str, str]]:
     """The table's rows as text: request, mode, what the backend did, what
     a client behind streamfix gets (the terminal table and the operator
@@ -569,7 +574,7 @@ def cells(result: Probe) -> list[tuple[str, str, str, str]]:
             behind = "; ".join(r.fixed) if r.fixed else ("nothing to repair" if not r.left else "")
         if r.left and r.answered:
             behind = "; ".join(filter(None, [behind, "still: " + ", ".join(r.left)]))
-        out.append((r.case.title, "stream" if r.stream else "json", did, behind))
+        out.append((r.case.title, mode_of(r.stream), did, behind))
     return out
 
 

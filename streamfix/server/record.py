@@ -45,7 +45,10 @@ The file (``FORMAT``, one JSON object, indented)::
      "response": {"status", "stream", "text" | "base64"}, "incomplete": false}
 
 ``tenant`` is whose key the request came with (``-``: the proxy's own,
-or no keys), for the operator page's filter (``server/ui``).
+or no keys), for the operator page's filter (``server/ui``). ``formats``
+(only with ``--format``): the format plugins named then, which
+``streamfix replay`` registers again as it loads the steps named in
+``options``.
 Several attempts: the proxy asked again (the earlier replies were
 discarded). A read is stored as text when it is valid UTF-8, else base64.
 
@@ -571,8 +574,11 @@ class Recorder:
         secrets: Iterable[bytes] = (),
         rng: random.Random | None = None,
         max_queued: int = MAX_QUEUED,
+        formats: Iterable[str] = (),
     ) -> None:
         self.directory = Path(directory)
+        #: ``--format`` specs, written in each recording (replay loads them).
+        self.formats = list(formats)
         self.metrics = metrics
         self.reasons = frozenset(reasons)
         self.max_files = max_files
@@ -607,6 +613,7 @@ class Recorder:
             sample=cfg.record_sample,
             redact=cfg.record_redact == "messages",
             secrets=config_secrets(cfg),
+            formats=cfg.formats,
         )
 
     # -- in the event loop ---------------------------------------------------
@@ -852,6 +859,8 @@ class Recorder:
         }
         if take.door is not None:
             doc["door"] = {"endpoint": take.door, "chat_body": chat_body}
+        if self.formats:
+            doc["formats"] = self.formats
         return scrub(orjson.dumps(doc, option=orjson.OPT_INDENT_2)) + b"\n"
 
 

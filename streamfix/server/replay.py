@@ -31,7 +31,9 @@ reply the client left before its end (what the client got then depended
 on when it left). A request no upstream answered has nothing to replay.
 
 A step named in a recording's options (``module:factory``) is loaded by
-name; a recording made through a plugin replays the same only with it.
+name, and a format plugin named in its ``formats`` (``--format
+module:NAME`` then) is registered again (``recorded_formats``); a
+recording made through a plugin replays the same only with it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ..context import Context, Report
 from ..errors import PluginError, TransformError, UpstreamProtocolError
 from ..jsoncodec import loads_lenient
 from ..narrow import NarrowNote
-from ..plugins import factories
+from ..plugins import factories, register_spec
 from ..seen import (
     Seen,
     assemble,
@@ -195,6 +197,19 @@ def _asks_again(report: dict[str, Any] | None) -> tuple[bool, bool, bool]:
     )
 
 
+def recorded_formats(doc: dict[str, Any]) -> list[str]:
+    """Register the format plugins a recording was made with (``--format``
+    then, its ``formats``), as its steps are loaded by name; their specs.
+    A spec that does not load raises ``PluginError``."""
+    specs = doc.get("formats")
+    if not isinstance(specs, list):
+        return []
+    names = [s for s in specs if isinstance(s, str)]
+    for spec in names:
+        register_spec(spec)
+    return names
+
+
 def replay_document(
     doc: dict[str, Any], path: Path, extra_steps: tuple[str, ...] = (), **switches: bool
 ) -> Outcome:
@@ -203,6 +218,7 @@ def replay_document(
     run after the steps it was recorded with."""
     if doc.get("format") != FORMAT:
         return Outcome(path, "unreadable", notes=[f"not a {FORMAT} file"])
+    recorded_formats(doc)
     reasons = list(doc.get("reasons") or ())
     request = doc["request"]
     body = request["body"] if isinstance(request.get("body"), dict) else {}

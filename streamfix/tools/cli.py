@@ -4,8 +4,10 @@
 Before ``serve`` starts, what would fail at once is checked and said in
 one line each, exit status 2 (``start_problems``): the port in use, a
 ``--record`` directory that cannot be written; bad settings (a zero or
-negative timeout) are refused by ``config.validate``, with ``serve``'s own
-usage. The upstreams are checked by the proxy as it starts, without
+negative timeout) are refused by ``config.validate``. Every flag or
+configuration error is one line, ``streamfix serve: error: …`` and a
+pointer to ``--help`` (``OneLineParser``: the usage only with ``--help``).
+The upstreams are checked by the proxy as it starts, without
 refusing to start (``Proxy.probe_all``).
 
 ``streamfix serve`` reads its settings from the command line, then
@@ -46,12 +48,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..server.config import SETTINGS, ConfigError, ServerConfig, build_config, settings_epilog
 from .plugin_flags import add_plugin_flags, load_plugins
 from .ports import listen_problem, port_problem
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An error in one line and exit 2, without the usage (``serve``'s is
+    seventeen lines; ``--help`` prints it). Sub-commands' parsers are of
+    this class too (``add_subparsers`` makes its parent's kind)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_serve(sub: Any) -> None:
@@ -111,7 +122,7 @@ def _add_demo(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="streamfix",
         description=(
             "Repair OpenAI-style chat streams from small open models: tool calls "
@@ -284,7 +295,7 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The parser of one command (its errors print its own usage)."""
+    """The parser of one command (its errors name it)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             sub: argparse.ArgumentParser = action.choices[name]

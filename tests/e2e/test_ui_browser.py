@@ -194,3 +194,29 @@ async def test_reload_probe_and_filters_work_from_the_page(tmp_path: Path, brows
             await w.page.click("nav form.logout button")
         resp = await w.page.goto(sc.root + "/ui")
         assert resp.status == 401
+
+
+async def test_a_loop_cut_among_many_json_repairs_is_visible_in_the_chart(
+    tmp_path: Path, browser: Any
+) -> None:
+    async with scene(tmp_path) as sc:
+        await sc.json_repairs(20)  # five json_* kinds, each far more than the one loop cut
+        w = Watched(await browser.new_page())
+        await log_in(w.page, sc)
+        chart = w.page.locator("tr[data-row='0'] svg.chart")
+        cut = chart.locator("rect[data-kind=loop_cut]")
+        assert await cut.count() == 1
+        assert await cut.is_visible()
+        box = await cut.bounding_box()
+        assert box is not None and box["height"] > 0 and box["width"] > 0
+        assert await chart.locator("rect[data-kind=json_quote]").count() == 1
+        legend = await w.page.locator("tr[data-row='0'] ul.legend").inner_text()
+        assert "loop_cut 1" in legend and "lifted.hermes" in legend
+        # the p99 leads to the requests of the slowest reads
+        async with w.page.expect_navigation():
+            await w.page.click("tr[data-row='0'] a.p99")
+        assert await w.page.locator("table.slow tr.at-p99 code").count() == 1
+        await w.page.goto(sc.root + "/ui/config")
+        settings = await w.page.locator("table.settings").inner_text()
+        assert "no limit" in settings and "8 MiB" in settings and "None" not in settings
+        assert w.errors == [] and w.dialogs == []

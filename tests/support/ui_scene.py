@@ -54,6 +54,11 @@ SCRIPT: dict[str, bytes] = {
         ]
     ),
     "plain": text_stream(["Hello", " there"]),
+    # JSON asked for, written as a small model does: fenced, quoted and
+    # commented as Python, a trailing comma (several json_* repairs)
+    "json": text_stream(
+        ["Sure:\n```json\n{'a': True, ", "'b': None, // c\n", ' "d": [1, 2,], ', "'e': 'x'}\n```"]
+    ),
 }
 
 #: What ``streamfix probe`` asks (``server/probe.py``'s cases), answered as a
@@ -106,12 +111,13 @@ class Scene:
     def root(self) -> str:
         return self.proxy.root
 
-    async def chat(self, what: str, model: str = "m", key: str = ADMIN_KEY) -> bytes:
+    async def chat(self, what: str, model: str = "m", key: str = ADMIN_KEY, **extra: Any) -> bytes:
         payload = {
             "model": model,
             "messages": [{"role": "user", "content": what}],
             "tools": SHAPES_TOOLS,
             "stream": True,
+            **extra,
         }
         async with (
             aiohttp.ClientSession() as s,
@@ -123,6 +129,11 @@ class Scene:
         ):
             assert r.status == 200, await r.text()
             return await r.read()
+
+    async def json_repairs(self, n: int) -> None:
+        """``n`` requests asking for JSON, each reply needing repairs."""
+        for _ in range(n):
+            await self.chat("json", response_format={"type": "json_object"})
 
     async def serve_the_script(self) -> None:
         """The scripted requests, then the recordings written."""

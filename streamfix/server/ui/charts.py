@@ -14,22 +14,38 @@ from .html import Markup, join, tag
 MAX_KINDS = 6
 REST = "other"
 
+#: Kinds that always have their own series, however few beside the others
+#: (a loop cut among a hundred JSON repairs is the one to see): lifted
+#: calls (``lifted.<format>``), loop cuts, JSON repairs (``json_*``).
+ALWAYS = ("lifted.", "loop_cut", "json_")
+
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#9c9c9c")
 
 WIDTH = 180
 HEIGHT = 48
 
 
+def always_shown(kind: str) -> bool:
+    """Whether ``kind`` has its own series whatever its count (``ALWAYS``)."""
+    return kind.startswith(ALWAYS)
+
+
 def kinds_of(minutes: Sequence[dict[str, int]]) -> list[str]:
-    """The kinds to draw, most repairs first (ties by name)."""
+    """The kinds to draw, most repairs first (ties by name): every kind of
+    ``ALWAYS``, then the most frequent others while they fit in
+    ``MAX_KINDS``; the long tail is summed as ``REST``."""
     totals: dict[str, int] = {}
     for counts in minutes:
         for kind, n in counts.items():
             totals[kind] = totals.get(kind, 0) + n
     ranked = sorted(totals, key=lambda k: (-totals[k], k))
-    if len(ranked) > MAX_KINDS:
-        return [*ranked[: MAX_KINDS - 1], REST]
-    return ranked
+    if len(ranked) <= MAX_KINDS:
+        return ranked
+    pinned = {k for k in ranked if always_shown(k)}
+    room = max(0, MAX_KINDS - 1 - len(pinned))
+    others = [k for k in ranked if k not in pinned][:room]
+    shown = pinned | set(others)
+    return [*(k for k in ranked if k in shown), REST]
 
 
 def repairs_chart(minutes: Sequence[dict[str, int]], label: str) -> Markup:

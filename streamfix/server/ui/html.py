@@ -59,14 +59,14 @@ def _put(out: list[str], child: Child) -> None:
 
 
 def tag(element: str, /, *children: Child, **attrs: object) -> Markup:
-    """``<name attrs>children</name>``; ``class_`` is ``class``, ``_`` in
-    other names is ``-``; an attribute ``True`` is written bare, ``None``
-    or ``False`` left out."""
+    """``<name attrs>children</name>``; a trailing ``_`` (``class_``,
+    ``for_``: Python keywords) is dropped, another ``_`` is ``-``; an
+    attribute ``True`` is written bare, ``None`` or ``False`` left out."""
     parts = [element]
     for key, value in attrs.items():
         if value is None or value is False:
             continue
-        attr = "class" if key == "class_" else key.replace("_", "-")
+        attr = key.removesuffix("_").replace("_", "-")
         parts.append(attr if value is True else f'{attr}="{esc(value)}"')
     head = "<" + " ".join(parts) + ">"
     if element in VOID:

@@ -8,12 +8,14 @@ which say whether a key is set, never what it is."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ServerConfig, TenantConfig, UpstreamConfig
+from ..config import SETTINGS, ServerConfig, Setting, TenantConfig, UpstreamConfig
+from ..metrics import SlowRead
 from ..probe import CASES
 from .activity import Sample
 from .charts import repairs_chart
@@ -133,6 +135,17 @@ class ModelRow:
     p99: float | None
     minutes: list[dict[str, int]] = field(default_factory=list)
     probe: ProbeRun | None = None
+    #: The model's slowest reads, slowest first (``metrics.SlowReads``).
+    slow: list[SlowRead] = field(default_factory=list)
+
+
+def read_at(reads: Sequence[SlowRead], p99: float | None) -> SlowRead | None:
+    """The kept read the p99 stands for: the fastest of those at or above
+    it (the p99 is estimated from buckets), else the slowest kept."""
+    if not reads:
+        return None
+    above = [r for r in reads if p99 is not None and r.seconds >= p99]
+    return min(above) if above else max(reads)
 
 
 def _us(seconds: float | None) -> str:
@@ -200,7 +213,7 @@ def models_view(rows: Sequence[ModelRow], csrf: str | None, busy: bool) -> Marku
                     tag("div", f"{r.errors} errors", class_="muted") if r.errors else None,
                     class_="num",
                 ),
-                tag("td", f"{_us(r.p50)} / {_us(r.p99)}", class_="num"),
+                tag("td", f"{_us(r.p50)} / ", _p99_link(r), class_="num"),
                 tag("td", repairs_chart(r.minutes, r.label)),
                 tag("td", probe_cell),
                 data_row=r.index,
@@ -213,6 +226,53 @@ def models_view(rows: Sequence[ModelRow], csrf: str | None, busy: bool) -> Marku
         class_="muted",
     )
     return join([tag("table", tag("thead", head), tag("tbody", body), class_="models"), note])
+
+
+def _p99_link(r: ModelRow) -> Markup | str:
+    """The p99, linked to the model's slowest reads (the request ids)."""
+    at = read_at(r.slow, r.p99)
+    if at is None:
+        return _us(r.p99)
+    return tag(
+        "a",
+        _us(r.p99),
+        href=f"/ui/slow/{r.index}",
+        title=f"the read at the p99: request {at.request_id or '(none)'}",
+        class_="p99",
+    )
+
+
+def slow_view(row: ModelRow) -> Markup:
+    """A model's slowest reads with the requests they were in: a slow p99
+    is findable (``X-Streamfix-Request-Id`` on the response, the proxy's
+    log, a recording of the same time)."""
+    if not row.slow:
+        return tag("p", "No read of this model since this process started.")
+    at = read_at(row.slow, row.p99)
+    rows = [
+        tag(
+            "tr",
+            tag("td", _us(r.seconds), class_="num"),
+            tag("td", tag("code", r.request_id or "(outside a request)")),
+            tag("td", _clock(r.at)),
+            tag("td", "the p99" if r is at else ("above the p99" if at and r > at else "")),
+            class_="at-p99" if r is at else None,
+        )
+        for r in row.slow
+    ]
+    return join(
+        [
+            tag(
+                "p",
+                f"Added latency of {row.label}: p50 {_us(row.p50)}, p99 {_us(row.p99)}. "
+                f"The slowest {len(row.slow)} read(s) kept, one per request, slowest first; "
+                "each response carries its request id as X-Streamfix-Request-Id (a client's "
+                "own X-Request-Id is kept as the id).",
+                class_="muted",
+            ),
+            _table(("time in streamfix", "request id", "when", ""), rows, "slow"),
+        ]
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Markup], class_: str) -> Markup:
@@ -347,7 +407,7 @@ def recordings_view(
             tag("td", tag("a", s.at or s.name, href=f"/ui/recordings/{s.name}")),
             tag("td", s.model),
             tag("td", s.tenant),
-            tag("td", ", ".join(s.reasons)),
+            tag("td", s.reasons_words()),
             tag("td", s.path),
             tag("td", s.status if s.status is not None else "–", class_="num"),
         )
@@ -382,7 +442,7 @@ def recording_view(s: Sides) -> Markup:
                 ("recorded", sm.at),
                 ("model", sm.model),
                 ("tenant", sm.tenant),
-                ("reasons", ", ".join(sm.reasons)),
+                ("reasons", sm.reasons_words()),
                 ("path", sm.path),
                 ("status", str(sm.status)),
                 ("upstream attempts", str(s.attempts)),
@@ -489,15 +549,54 @@ def unrecognised_view(per_model: dict[str, int], samples: Sequence[Sample]) -> M
 # -- config ------------------------------------------------------------------
 
 
+#: What a setting's 0 means, as its help says it (``0 = no limit (default 0)``).
+_ZERO_MEANS = re.compile(r"\b0 = ([^(;]+?) \(default")
+
+_SETTING: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def size_words(n: int) -> str:
+    """A byte count as a person reads it: ``8388608`` is ``8 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def setting_words(name: str, value: object) -> str:
+    """A setting's value in plain words: ``None`` is "not set", a 0 says
+    what its help says it means ("no limit"), a byte count is in KiB/MiB,
+    a flag is on or off."""
+    setting = _SETTING.get(name)
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    if isinstance(value, int | float) and setting is not None:
+        zero = _ZERO_MEANS.search(setting.help)
+        if value == 0 and zero:
+            return zero.group(1)
+        if setting.metavar == "BYTES" and isinstance(value, int):
+            return size_words(value)
+        if setting.metavar == "SECONDS":
+            return f"{value:g} s"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def config_rows(cfg: ServerConfig, own_keys: int) -> list[tuple[str, str]]:
-    """Every setting but the credentials and the tables, as text (the
-    number of the proxy's own keys in force, not the keys)."""
+    """Every setting but the credentials and the tables, in plain words
+    (``setting_words``; the number of the proxy's own keys in force, not
+    the keys)."""
     out = []
     for f in dataclasses.fields(cfg):
         if f.name in HIDDEN_SETTINGS:
             continue
-        value = getattr(cfg, f.name)
-        out.append((f.name, ", ".join(value) if isinstance(value, list) else str(value)))
+        out.append((f.name, setting_words(f.name, getattr(cfg, f.name))))
     out.append(("api_keys", f"{own_keys} key(s) set"))
     return out
 

@@ -56,6 +56,39 @@ class Summary:
     path: str
     status: int | None
     readable: bool = True
+    #: Which repairs the reason ``repair`` stands for: the report's kinds
+    #: over every attempt (``repairs_of``).
+    repairs: tuple[str, ...] = ()
+
+    def reasons_words(self) -> str:
+        """The reasons, ``repair`` followed by which: ``repair (lifted.hermes)``."""
+        return ", ".join(
+            f"{r} ({', '.join(self.repairs)})" if r == "repair" and self.repairs else r
+            for r in self.reasons
+        )
+
+
+#: Report counts that are not a repair of their own: calls by shape
+#: (``calls.<format>``, a lifted one is also ``lifted.<format>``), and the
+#: counts that have a reason of their own (``unrecognised``, ``loop``).
+_OWN_REASON = frozenset({"unrecognised_markup", "loop_cut"})
+
+
+def repairs_of(doc: dict[str, Any]) -> tuple[str, ...]:
+    """The repair kinds a recording's attempts counted, most first, and
+    "asked again" when there was more than one attempt."""
+    totals: dict[str, int] = {}
+    attempts = doc.get("attempts")
+    for att in attempts if isinstance(attempts, list) else ():
+        report = _dict(_dict(att).get("report"))
+        for kind, n in _dict(report.get("counts")).items():
+            ours = not kind.startswith("calls.") and kind not in _OWN_REASON
+            if ours and isinstance(n, int) and n:
+                totals[kind] = totals.get(kind, 0) + n
+    kinds = sorted(totals, key=lambda k: (-totals[k], k))
+    if isinstance(attempts, list) and len(attempts) > 1:
+        kinds.append("asked again")
+    return tuple(kinds)
 
 
 def summary_of(name: str, doc: Any) -> Summary:
@@ -73,6 +106,7 @@ def summary_of(name: str, doc: Any) -> Summary:
         tuple(str(r) for r in doc.get("reasons") or ()),
         str(request.get("path") or "?"),
         status if isinstance(status, int) else None,
+        repairs=repairs_of(doc),
     )
 
 

@@ -3,7 +3,8 @@
 
 ``GET /ui`` (models), ``/ui/recordings`` (``?model=&tenant=&reason=``),
 ``/ui/recordings/{name}``, ``/ui/unrecognised``, ``/ui/config``,
-``/ui/probe/{row}``; ``POST /ui/login``, ``/ui/logout``, ``/ui/reload``,
+``/ui/probe/{row}``, ``/ui/slow/{row}`` (a model's slowest reads and their
+requests); ``POST /ui/login``, ``/ui/logout``, ``/ui/reload``,
 ``/ui/probe/{row}``; ``GET /ui/static/ui.css|ui.js`` (package data, the
 only script and style the page's CSP allows). Who may see what and how a
 browser logs in: ``auth.py``. The proxy's key check (``caller.guards.auth_mw``)
@@ -236,6 +237,7 @@ def model_rows(proxy: Proxy, ui: Ui) -> list[ModelRow]:
                 p99=hist.quantile(0.99) if hist else None,
                 minutes=proxy.activity.last_hour(label) if proxy.activity else [],
                 probe=ui.probes.runs.get(up.cfg.identity),
+                slow=hist.slow.slowest() if hist and hist.slow else [],
             )
         )
     return rows
@@ -334,6 +336,17 @@ async def probe_page(request: web.Request, session: auth.Session) -> web.StreamR
     return html(pages.page(title, "models", body, session.csrf, _status_line(request)))
 
 
+async def slow_page(request: web.Request, session: auth.Session) -> web.StreamResponse:
+    proxy, ui = request.app[PROXY], request.app[UI]
+    found = _row(request)
+    if found is None:
+        body: Markup = tag("p", "No such row in the table in force.")
+        return html(pages.page("Slowest reads", "models", body, session.csrf), 404)
+    row = model_rows(proxy, ui)[found[0]]
+    body = pages.slow_view(row)
+    return html(pages.page(f"Slowest reads of {row.label}", "models", body, session.csrf))
+
+
 async def probe_start(request: web.Request, session: auth.Session) -> web.StreamResponse:
     found = _row(request)
     if found is None:
@@ -368,6 +381,7 @@ def add_ui(app: web.Application, proxy: Proxy) -> None:
     r.add_post(PREFIX + "/reload", guarded(reload, post=True))
     r.add_get(PREFIX + "/probe/{row}", guarded(probe_page))
     r.add_post(PREFIX + "/probe/{row}", guarded(probe_start, post=True))
+    r.add_get(PREFIX + "/slow/{row}", guarded(slow_page))
     r.add_get(PREFIX + "/static/{name}", static)
 
 
