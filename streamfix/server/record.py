@@ -152,6 +152,13 @@ def scrub_key_shapes(data: bytes) -> bytes:
     return data
 
 
+#: The name of a recording this recorder wrote (``Recorder._write``):
+#: ``<UTC stamp>-<pid>-<seq>-<reasons>.json``. Only files so named are
+#: counted and pruned: an operator's own ``*.json`` in the directory is
+#: never touched (the operator page lists by the same shape).
+RECORDING_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]+Z-[0-9]+-[0-9]+-[a-z_+]+\.json$")
+
+
 #: The shortest configured secret scrubbed as a string (a 1-3 character
 #: "key" would garble every recording; the proxy's own rule too).
 MIN_SECRET = 4
@@ -743,13 +750,14 @@ class Recorder:
             raise
 
     def _load_index(self) -> deque[tuple[str, int]]:
-        """The recordings already in the directory, oldest (by name) first;
-        read once (the directory is created if need be)."""
+        """The recordings already in the directory (``RECORDING_NAME``, no
+        other file), oldest (by name) first; read once (the directory is
+        created if need be)."""
         if self._index is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             found = []
             for entry in os.scandir(self.directory):
-                if entry.name.endswith(".json") and not entry.name.startswith("."):
+                if RECORDING_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(OSError):
                         found.append((entry.name, entry.stat().st_size))
             found.sort()
