@@ -42,7 +42,6 @@ import orjson
 from .. import jsoncodec
 from ..errors import RequestError
 from .turn import (
-    MAX_FILE_CHARS,
     TurnEncoder,
     check_bool,
     check_number,
@@ -179,7 +178,7 @@ def _document(block: dict[str, Any], where: str, omitted: dict[str, int]) -> dic
     if isinstance(src, dict):
         media_type = src.get("media_type")
         if kind == "text" and isinstance(src.get("data"), str):
-            text = src["data"][:MAX_FILE_CHARS]
+            text = src["data"]
         elif kind == "content":
             text = _text(src.get("content"), f"{where}.source.content")
         elif kind == "base64" and is_text_type(media_type):
