@@ -314,7 +314,8 @@ def _tool_choice(choice: Any, offered: list[dict[str, Any]]) -> Any:
     if choice is None:
         return None
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if not isinstance(choice, dict) or (kind != "tool" and kind not in _CHOICES):
+    # ``type`` is checked a string first: a list or an object is not a key
+    if not isinstance(kind, str) or (kind != "tool" and kind not in _CHOICES):
         raise RequestError(
             "'tool_choice' must be an object of type auto, any, tool or none", param="tool_choice"
         )
