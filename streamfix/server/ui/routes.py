@@ -59,7 +59,8 @@ class Ui:
     """The page's state in one app."""
 
     def __init__(self, proxy: Proxy) -> None:
-        self.sessions = auth.Sessions()
+        store = auth.FileSessionStore(auth.state_dir(proxy.cfg.state_dir) / auth.SESSIONS_FILE)
+        self.sessions = auth.Sessions(store)
         self.probes = Probes()
         self.index = Index(proxy.cfg.record) if proxy.cfg.record else None
         self.static = {
