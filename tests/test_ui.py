@@ -19,9 +19,10 @@ from streamfix.server.config import ConfigError, ServerConfig, build_config, par
 from streamfix.server.metrics import Metrics
 from streamfix.server.proxy import PROXY
 from streamfix.server.ui import activity as act
-from streamfix.server.ui.auth import SESSION_SECONDS, FileSessionStore, Sessions
+from streamfix.server.ui.auth import SESSION_SECONDS, FileSessionStore, LoginThrottle, Sessions
 from streamfix.server.ui.charts import repairs_chart
 from streamfix.server.ui.html import esc, tag
+from streamfix.server.ui.routes import UI
 from streamfix.server.upstream.table import Table
 from streamfix.tools.probe import CASES
 
@@ -208,6 +209,56 @@ def test_a_full_session_store_fails_closed(tmp_path: Path) -> None:
     later = again.issue(ADMIN_KEY.encode(), now=2000.0)
     assert again.check(later, table, now=2001.0) is not None
     assert len((tmp_path / "s").read_text().splitlines()) <= 4
+
+
+async def test_guessing_keys_is_slowed_then_refused_with_retry_after(tmp_path: Path) -> None:
+    """Issue 37, item 12: failed logins from one source wait longer each
+    time, then are answered 429 with ``Retry-After`` (the right key too,
+    form or bearer); the waits are async: the proxy answers others
+    meanwhile."""
+    async with scene(tmp_path, serve=False) as sc, aiohttp.ClientSession() as s:
+        throttle = sc.proxy.app[UI].throttle
+        throttle.base_delay = 0.001  # the growth, not the seconds, is under test
+        statuses = []
+        for i in range(throttle.limit + 2):
+            async with s.post(sc.root + "/ui/login", data={"key": f"guess-{i}"}) as r:
+                statuses.append(r.status)
+                retry = r.headers.get("Retry-After")
+        assert statuses == [401] * throttle.limit + [429, 429]
+        assert retry is not None and 0 < int(retry) <= throttle.window
+        async with s.post(sc.root + "/ui/login", data={"key": ADMIN_KEY}) as r:
+            assert r.status == 429
+        assert (await get(s, sc.root + "/ui", Authorization=f"Bearer {ADMIN_KEY}"))[0] == 429
+        # the waits are async: a second failure waits, others are served
+        throttle.sources.clear()
+        throttle.base_delay = 0.5
+        assert (await get(s, sc.root + "/ui", Authorization="Bearer wrong-key"))[0] == 401
+        slow = asyncio.create_task(get(s, sc.root + "/ui", Authorization="Bearer wrong-key"))
+        await asyncio.sleep(0.05)
+        async with s.get(sc.root + "/healthz") as r:
+            assert r.status == 200
+        assert not slow.done()  # still waiting, and it kept no one else waiting
+        assert (await slow)[0] == 401
+
+
+def test_the_login_delay_grows_is_bounded_and_so_is_memory() -> None:
+    now = [0.0]
+    t = LoginThrottle(limit=5, window=60, max_sources=3, clock=lambda: now[0])
+    delays = []
+    for _ in range(5):
+        assert t.begin("a") is None
+        delays.append(t.delay("a"))
+    assert delays == sorted(delays) and delays[0] == 0 < delays[1] < delays[-1] <= t.max_delay
+    assert t.begin("a") == 60
+    now[0] = 45.0
+    assert t.begin("a") == 15
+    now[0] = 61.0
+    assert t.begin("a") is None  # the window ended
+    for source in ("b", "c", "d", "e"):
+        t.begin(source)
+    assert len(t.sources) == 3 and "a" not in t.sources
+    t.succeeded("e")
+    assert "e" not in t.sources
 
 
 def test_the_page_needs_one_of_the_proxys_own_keys() -> None:

@@ -30,6 +30,19 @@ issued until then is revoked (everyone logs in again) rather than any
 logged-out one reopened. The interface is small (``revoke``,
 ``is_revoked``) so that a shared store for a fleet can replace it.
 
+*Guessing is slowed.* Failed logins (the form, or a wrong bearer key on
+the page) are counted per source address (``LoginThrottle``): the n-th
+failed answer waits ``base_delay * 2**(n-2)`` seconds (the first none),
+at most ``max_delay`` (an ``asyncio`` sleep: no one else waits), and past
+``limit`` attempts within ``window`` seconds the source is answered 429
+with ``Retry-After`` until the window ends, the right key included. An
+attempt counts on arrival (parallel guesses count too); a login with one
+of the proxy's own keys clears the source (a tenant's key, refused
+403, does not, nor does it wait). At most ``max_sources``
+sources are tracked (the least recent forgotten first). Each worker
+counts alone: with ``--workers N`` a source gets up to N times the
+limit.
+
 *State-changing actions* (reload, probe, log out) are POSTs carrying a
 CSRF token in the form (``csrf``): an HMAC of the session's nonce, so a
 page on another origin, which cannot read ours, cannot forge one;
@@ -50,10 +63,12 @@ import fcntl
 import hashlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -265,6 +280,70 @@ class Sessions:
             return
         now = now if now is not None else time.time()
         self.store.revoke(session.nonce, now + SESSION_SECONDS, now)
+
+
+#: Login attempts from one source within ``FAILURE_WINDOW`` seconds
+#: before it is answered 429 (``LoginThrottle``).
+MAX_FAILURES: Final = 10
+FAILURE_WINDOW: Final = 300.0
+#: The wait before a failed login's answer doubles from this, up to the max.
+BASE_DELAY: Final = 0.25
+MAX_DELAY: Final = 2.0
+#: Sources tracked at once (memory bound).
+MAX_SOURCES: Final = 4096
+
+
+class LoginThrottle:
+    """Failed logins per source address (see the module doc)."""
+
+    def __init__(
+        self,
+        limit: int = MAX_FAILURES,
+        window: float = FAILURE_WINDOW,
+        base_delay: float = BASE_DELAY,
+        max_delay: float = MAX_DELAY,
+        max_sources: int = MAX_SOURCES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.max_sources = max_sources
+        self.clock = clock
+        #: source -> (attempts not proven good, when the window began)
+        self.sources: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def begin(self, source: str) -> int | None:
+        """An attempt from ``source``: the seconds to send as
+        ``Retry-After`` when it is refused, else None (and it is counted)."""
+        now = self.clock()
+        count, start = self.sources.pop(source, (0, now))
+        if now - start >= self.window:
+            count, start = 0, now
+        if count >= self.limit:
+            self.sources[source] = (count, start)
+            return max(1, math.ceil(start + self.window - now))
+        self.sources[source] = (count + 1, start)
+        while len(self.sources) > self.max_sources:
+            self.sources.popitem(last=False)
+        return None
+
+    def delay(self, source: str) -> float:
+        """Seconds to wait before answering ``source``'s failed attempt."""
+        count = self.sources.get(source, (1, 0.0))[0]
+        if count <= 1:
+            return 0.0  # a first mistake (a typo) is answered at once
+        return min(self.max_delay, self.base_delay * 2.0 ** (count - 2))
+
+    def succeeded(self, source: str) -> None:
+        self.sources.pop(source, None)
+
+
+def source_of(request: web.Request) -> str:
+    """The address a login came from (the peer's: a header naming another
+    could be sent by anyone)."""
+    return request.remote or "-"
 
 
 def bearer(request: web.Request) -> bytes:
