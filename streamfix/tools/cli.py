@@ -33,6 +33,14 @@ first instruction too. What a waiting signal does once unblocked:
   probes, ``Proxy.lifecycle``), so a reload asked for during start-up is
   applied once, when ready. With ``--workers`` the parent passes it on; a
   worker still starting holds it the same way.
+
+*Workers stop once* (``_WorkerStop``). A stop sent to the whole process
+group (``systemctl stop``, which signals every process of the unit, and
+Ctrl-C at a terminal) reaches each worker twice: the signal itself, then
+the parent's forward. A worker drains on the first (streams in flight
+finish, ``shutdown_timeout``) and ignores what follows: any SIGTERM, and
+the first SIGINT; only a second SIGINT (Ctrl-C pressed again) stops it
+at once. The parent forwards SIGTERM, once per worker.
 """
 
 from __future__ import annotations
@@ -220,8 +228,42 @@ async def _stopping(app: Any) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, (_HUP,))
 
 
+class _WorkerStop:
+    """A worker's SIGTERM/SIGINT handler (see the module doc): the first
+    stop drains (aiohttp's ``GracefulExit``), what follows is ignored but
+    for a second SIGINT, which stops at once."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.interrupts = 0
+
+    def __call__(self, signum: int) -> None:
+        from aiohttp.web import GracefulExit
+
+        self.interrupts += signum == signal.SIGINT
+        if self.first is None:
+            self.first = signum
+            raise GracefulExit()
+        if self.interrupts >= 2:
+            raise KeyboardInterrupt
+        logging.getLogger("streamfix.server").info(
+            "worker %d: already stopping; signal %d ignored", os.getpid(), signum
+        )
+
+    async def install(self, app: Any) -> None:
+        """First of the app's start-up, instead of aiohttp's handlers."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, self, sig)
+
+
 def _run(
-    cfg: ServerConfig, reuse_port: bool, source: Callable[[], ServerConfig] | None = None
+    cfg: ServerConfig,
+    reuse_port: bool,
+    source: Callable[[], ServerConfig] | None = None,
+    worker: bool = False,
 ) -> None:
     from aiohttp import web
 
@@ -233,6 +275,8 @@ def _run(
     load_plugins(cfg.formats)  # again in a worker process: its own registry
     app = create_app(cfg, source)
     app.on_startup.insert(0, _stoppable)
+    if worker:
+        app.on_startup.insert(0, _WorkerStop().install)
     app.on_startup.append(_reloadable)
     app.on_shutdown.append(_stopping)
     web.run_app(
@@ -242,13 +286,14 @@ def _run(
         reuse_port=reuse_port or None,
         print=None,
         access_log=logging.getLogger("streamfix.access"),
+        handle_signals=not worker,
         **run_options(cfg),
     )
 
 
 def _worker(cfg: ServerConfig, source: Callable[[], ServerConfig] | None) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        _run(cfg, reuse_port=True, source=source)
+        _run(cfg, reuse_port=True, source=source, worker=True)
 
 
 def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -> int:
@@ -273,13 +318,16 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
         ctx.Process(target=_worker, args=(cfg, source), daemon=False) for _ in range(cfg.workers)
     ]
     stopping = False
+    told: set[int] = set()
 
     def stop(signum: int, frame: object) -> None:
+        # SIGTERM, once to each worker: a group signal reached it already
         nonlocal stopping
         stopping = True
         for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGINT)
+            if p.pid is not None and p.pid not in told and p.is_alive():
+                told.add(p.pid)
+                os.kill(p.pid, signal.SIGTERM)
 
     def reload(signum: int, frame: object) -> None:
         # a worker not started yet reads the configuration as it starts
