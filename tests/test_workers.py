@@ -1,8 +1,11 @@
 """``streamfix serve --workers 2`` as a real process group (issue 37,
-item 13), on loopback against a scripted upstream, bounded in time,
-every process killed in ``finally``: a stop sent to the whole group (what
-``systemctl stop`` and Ctrl-C do) lets every stream in flight end whole,
-and the parent exits 0.
+items 13 and 17), on loopback against a scripted upstream, bounded in
+time, every process killed in ``finally``:
+
+- a stop sent to the whole group (what ``systemctl stop`` and Ctrl-C do)
+  lets every stream in flight end whole, and the parent exits 0;
+- a worker that dies is replaced (logged), the service keeps its N
+  workers; past ``MAX_RESTARTS`` in the window the parent exits non-zero.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import IO
 import aiohttp
 import pytest
 
+from streamfix.tools.cli import GAVE_UP, MAX_RESTARTS
 from streamfix.tools.local import free_port
 
 from .support.streamutil import assemble, text_stream
@@ -146,6 +150,42 @@ async def test_a_group_stop_lets_every_stream_end_whole(sig: signal.Signals) -> 
         ]
         assert len(whole) == 20, served.text()[-2000:]
         assert await _exited(served.proc, 30) == 0
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_dead_worker_is_replaced_and_too_many_deaths_exit_non_zero() -> None:
+    reply = Reply.stream(text_stream(["ok"]))
+    async with FakeUpstream(reply) as up, serve(up.url) as served:
+        first = served.workers()
+        _kill(first[0])
+        await _until(lambda: len(set(served.workers()) - set(first)) == 1, 30)
+        assert len(served.workers()) == 2 and served.proc.poll() is None
+        await _healthy(served.root, 30)
+        async with aiohttp.ClientSession() as s:
+            for _ in range(4):  # every worker serves
+                async with s.post(served.root + "/v1/chat/completions", json=STREAM) as r:
+                    assert assemble(await r.read()).content == "ok"
+        assert "replaced by" in served.text()
+        # replacements past the bound: the parent gives up, non-zero
+        for _ in range(MAX_RESTARTS + 2):
+            if served.proc.poll() is not None:
+                break
+            before = served.workers()
+            if before:
+                _kill(before[0])
+            with contextlib.suppress(TimeoutError):
+                await _until(
+                    lambda b=before: (
+                        served.proc.poll() is not None or set(served.workers()) - set(b)
+                    ),
+                    20,
+                )
+        assert await _exited(served.proc, 30) == GAVE_UP
+        assert "giving up" in served.text()
 
 
 def test_a_worker_stops_once_and_a_second_ctrl_c_stops_it_at_once() -> None:
