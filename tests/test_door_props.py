@@ -3,15 +3,21 @@
 the upstream's chat request carries every part docs/doors.md says is
 mapped, and the reply the SDK accumulates from the stream equals the
 non-streamed reply. Through the real SDKs, the proxy (on a vision row)
-and a scripted loopback upstream."""
+and a scripted loopback upstream.
+
+And a fuzz of each door's request schema (issue 37, item 9): a rich
+valid body with one to three fields replaced by any JSON value or
+removed is answered 2xx, or 4xx in the door's error shape; never 5xx."""
 
 from __future__ import annotations
 
 import base64
+import copy
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -312,3 +318,212 @@ def test_responses_door_maps_every_part(
             streamed = s.get_final_response()
     check_sent(servers.up, system, turns)
     assert strip_ids(streamed.model_dump()) == strip_ids(whole.model_dump())
+
+
+# -- every malformed field is a 4xx in the door's shape (issue 37, item 9) ---------
+
+#: A Messages request using every field the door reads.
+MESSAGES_FULL: dict[str, Any] = {
+    "model": "m",
+    "max_tokens": 100,
+    "system": [{"type": "text", "text": "sys"}],
+    "messages": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                },
+                {
+                    "type": "document",
+                    "title": "t",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "doc"},
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "x"},
+                {"type": "thinking", "thinking": "t"},
+                {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "r"}],
+                }
+            ],
+        },
+    ],
+    "tools": TOOLS_A,
+    "tool_choice": {"type": "tool", "name": "read", "disable_parallel_tool_use": True},
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "top_k": 3,
+    "stop_sequences": ["END"],
+    "metadata": {"user_id": "u"},
+    "thinking": {"type": "enabled", "budget_tokens": 50},
+    "output_config": {
+        "effort": "low",
+        "format": {"type": "json_schema", "schema": {"type": "object"}},
+    },
+}
+
+#: A Responses request using every field the door reads.
+RESPONSES_FULL: dict[str, Any] = {
+    "model": "m",
+    "instructions": "sys",
+    "input": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "hi"},
+                {"type": "input_image", "image_url": url("AAAA")},
+                {
+                    "type": "input_file",
+                    "filename": "a.txt",
+                    "file_data": "data:text/plain;base64,aGk=",
+                },
+            ],
+        },
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "r"},
+        {
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "x"}, {"type": "refusal", "refusal": "no"}],
+        },
+        {"type": "custom_tool_call", "call_id": "c2", "name": "g", "input": "x"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "y"},
+    ],
+    "tools": [
+        *TOOLS_R,
+        {
+            "type": "custom",
+            "name": "g",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"},
+        },
+        {
+            "type": "namespace",
+            "name": "ns",
+            "tools": [{"type": "function", "name": "f", "parameters": {}}],
+        },
+    ],
+    "tool_choice": {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "read"}],
+    },
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "max_output_tokens": 50,
+    "parallel_tool_calls": True,
+    "metadata": {"a": "b"},
+    "reasoning": {"effort": "low"},
+    "text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}}},
+}
+
+#: Words the doors compare fields with, so that a mutation often lands
+#: on a known branch with a wrong neighbour.
+_WORDS = ["", "x", "m", "read", "tool", "auto", "any", "none", "text", "function", "user"]
+_WORDS += ["assistant", "json_schema", "enabled", "base64", "image", "data:text/plain,x"]
+json_value = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(_WORDS),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["type", "name", "text", "content", "source", "id"]), inner, max_size=3
+        )
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield at
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*at, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*at, i))
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with one to three fields, at any depth, replaced by any
+    JSON value or removed (never ``stream``: both answers are checked)."""
+    body = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from([p for p in _paths(body) if p and p[0] != "stream"]))
+        parent: Any = body
+        for key in where[:-1]:
+            parent = parent[key]
+        if draw(st.booleans()) and draw(st.booleans()):
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = draw(json_value)
+    body["stream"] = draw(st.booleans())
+    return body
+
+
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def check_door_answer(path: str, r: httpx.Response) -> None:
+    """2xx, or 4xx in the door's own error shape."""
+    assert r.status_code < 500, (r.status_code, r.text[:400])
+    if r.status_code < 300:
+        return
+    err = r.json()
+    if path == "/v1/messages":
+        assert err["type"] == "error" and isinstance(err["error"]["type"], str), err
+        assert isinstance(err["error"]["message"], str)
+    else:
+        assert isinstance(err["error"]["type"], str) and isinstance(err["error"]["message"], str)
+
+
+@FUZZ
+@given(mutated(MESSAGES_FULL))
+def test_any_malformed_messages_field_is_a_4xx_in_anthropic_shape(
+    servers: Stack, body: dict[str, Any]
+) -> None:
+    servers.script('{"ok": true}', None)
+    r = httpx.post(servers.px.root_url + "/v1/messages", json=body, timeout=30)
+    check_door_answer("/v1/messages", r)
+
+
+@FUZZ
+@given(mutated(RESPONSES_FULL))
+def test_any_malformed_responses_field_is_a_4xx_in_openai_shape(
+    servers: Stack, body: dict[str, Any]
+) -> None:
+    servers.script('{"ok": true}', None)
+    r = httpx.post(servers.px.root_url + "/v1/responses", json=body, timeout=30)
+    check_door_answer("/v1/responses", r)
+
+
+@pytest.mark.parametrize("choice", [{"type": []}, {}, {"type": {}}, {"type": 3}, []])
+def test_a_malformed_tool_choice_is_a_400_not_a_500(servers: Stack, choice: Any) -> None:
+    """The Messages bodies that found it (a 500 with a traceback)."""
+    body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(
+        servers.px.root_url + "/v1/messages", json={**body, "tool_choice": choice}, timeout=30
+    )
+    assert r.status_code == 400
+    check_door_answer("/v1/messages", r)

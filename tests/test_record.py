@@ -204,6 +204,25 @@ async def test_count_bound_removes_the_oldest_first(tmp_path: Path) -> None:
     assert [load(p)["request"]["body"]["user"] for p in kept] == ["u2", "u3", "u4"]
 
 
+async def test_the_bounds_touch_only_the_recorders_own_files(tmp_path: Path) -> None:
+    """Issue 37, item 6: the operator's own ``*.json`` in the directory
+    (sorting before the recordings, a file named like a recording but for
+    its shape) are neither counted nor removed."""
+    theirs = [tmp_path / n for n in ("a.json", "0-config.json", "19700101-notes.json")]
+    for p in theirs:
+        p.write_text('{"mine": true}')
+    async with (
+        FakeUpstream(Reply.stream(text_stream(TEXT_CALL))) as up,
+        AppServer(proxy_app(up.url, record=str(tmp_path), record_max_files=2)) as px,
+    ):
+        for i in range(3):
+            await post(px.url, tools_body(user=f"u{i}"))
+        await flushed(px)
+    assert all(p.read_text() == '{"mine": true}' for p in theirs)
+    kept = [p for p in files(tmp_path) if p not in theirs]
+    assert [load(p)["request"]["body"]["user"] for p in kept] == ["u1", "u2"]
+
+
 async def test_size_bound_removes_the_oldest_first(tmp_path: Path) -> None:
     async with (
         FakeUpstream(Reply.stream(text_stream(TEXT_CALL))) as up,

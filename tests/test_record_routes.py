@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from streamfix.server.record import RECORDER
+from streamfix.server.record import RECORDER, redact_messages
 from streamfix.server.replay import replay_document
 
 from .support.streamutil import SHAPES_TOOLS, sse, text_stream
@@ -174,6 +174,49 @@ async def test_a_failed_embedding_is_recorded(tmp_path: Path) -> None:
     assert doc["reasons"] == ["upstream_error"]
     assert doc["request"]["path"] == "/v1/embeddings"
     assert replay_document(doc, tmp_path / "x.json").verdict == "skipped"
+
+
+async def test_redaction_covers_every_routes_text(tmp_path: Path) -> None:
+    """Issue 37, item 7: ``record_redact = "messages"`` hides a text
+    completion's ``prompt``, an embedding's ``input`` (string or list) and a
+    chat history's ``reasoning_content``, as it hides chat content; a text
+    completion still replays the same."""
+    secret = "card 4111-SECRET"
+    loop = Reply.events(text_completion_stream(LOOP))
+    async with (
+        FakeUpstream(loop) as up,
+        FakeUpstream(Reply.error(500, "overloaded")) as emb,
+        AppServer(
+            proxy_app(
+                up.url,
+                f"{emb.url}#kind=embedding",
+                record=str(tmp_path),
+                record_redact="messages",
+                retries=0,
+            )
+        ) as px,
+    ):
+        await post(px.root, "/v1/completions", {"model": "m", "prompt": secret, "stream": True})
+        for given in (secret, [secret, "x"]):
+            await post(px.root, "/v1/embeddings", {"model": "e", "input": given})
+        docs = await recordings(px, tmp_path)
+    assert len(docs) == 3
+    for doc in docs:
+        assert "4111" not in json.dumps(doc["request"])
+    [completion] = [d for d in docs if d["request"]["path"] == "/v1/completions"]
+    assert completion["request"]["body"]["prompt"] == "[redacted: 16 characters]"
+    assert replay_document(completion, tmp_path / "x.json").verdict == "same"
+    history = {
+        "model": "m",
+        "messages": [
+            {"role": "assistant", "content": "ok", "reasoning_content": secret},
+            {"role": "tool", "tool_call_id": "c1", "content": secret},
+        ],
+    }
+    hidden = redact_messages(history)["messages"]
+    assert hidden[0]["reasoning_content"] == "[redacted: 16 characters]"
+    said = "[redacted: 16 characters]"
+    assert hidden[1] == {"role": "tool", "tool_call_id": "c1", "content": said}
 
 
 async def test_a_chat_recording_has_no_door(tmp_path: Path) -> None:

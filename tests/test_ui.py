@@ -20,9 +20,10 @@ from streamfix.server.metrics import Metrics
 from streamfix.server.probe import CASES
 from streamfix.server.proxy import PROXY
 from streamfix.server.ui import activity as act
-from streamfix.server.ui.auth import SESSION_SECONDS, Sessions
+from streamfix.server.ui.auth import SESSION_SECONDS, FileSessionStore, LoginThrottle, Sessions
 from streamfix.server.ui.charts import repairs_chart
 from streamfix.server.ui.html import esc, tag
+from streamfix.server.ui.routes import UI
 from streamfix.server.upstream.table import Table
 
 from .support.ui_scene import (
@@ -157,6 +158,107 @@ async def test_logout_revokes_the_session(tmp_path: Path) -> None:
             assert r.status == 303
         async with aiohttp.ClientSession(cookies={"streamfix_ui": cookie}) as other:
             assert (await get(other, sc.root + "/ui"))[0] == 401
+
+
+async def test_a_logout_is_final_after_a_restart_and_on_every_worker(tmp_path: Path) -> None:
+    """Issue 37, item 11: the logged-out cookie is refused by a fresh app
+    on the same state directory (a restart) and by a second app sharing it
+    while the first runs (another worker), asked to log in; a session not
+    logged out still opens both."""
+    state = str(tmp_path / "state")
+    async with (
+        scene(tmp_path / "rec", serve=False, state_dir=state) as sc,
+        scene(tmp_path / "rec", serve=False, state_dir=state) as peer,
+        browser() as s,
+    ):
+        await logged_in(s, sc)
+        cookie = s.cookie_jar.filter_cookies(URL(sc.root + "/ui"))["streamfix_ui"].value
+        async with aiohttp.ClientSession(cookies={"streamfix_ui": cookie}) as other:
+            assert (await get(other, peer.root + "/ui"))[0] == 200  # the same keys
+            token = await csrf_of(s, sc.root + "/ui")
+            async with s.post(
+                sc.root + "/ui/logout", data={"csrf": token}, allow_redirects=False
+            ) as r:
+                assert r.status == 303
+            status, text = await get(other, peer.root + "/ui")
+            assert status == 401 and 'name="key"' in text
+    async with (
+        scene(tmp_path / "rec", serve=False, state_dir=state) as restarted,
+        aiohttp.ClientSession(cookies={"streamfix_ui": cookie}) as other,
+        browser() as fresh,
+    ):
+        assert (await get(other, restarted.root + "/ui"))[0] == 401
+        await logged_in(fresh, restarted)
+        assert (await get(fresh, restarted.root + "/ui"))[0] == 200
+
+
+def test_a_full_session_store_fails_closed(tmp_path: Path) -> None:
+    """Past its bound the store revokes every session issued so far (all
+    log in again) rather than forget a logout; a new login opens."""
+    cfg = ServerConfig(upstreams=[parse_upstream("http://127.0.0.1:9/v1")], api_keys=[ADMIN_KEY])
+    table = Table(cfg)
+    sessions = Sessions(FileSessionStore(tmp_path / "s", limit=3))
+    tokens = [sessions.issue(ADMIN_KEY.encode(), now=1000.0) for _ in range(5)]
+    for t in tokens[:4]:
+        session = sessions.check(t, table, now=1001.0)
+        assert session is not None
+        sessions.revoke(session, now=1001.0)
+    assert sessions.check(tokens[4], table, now=1002.0) is None  # issued before the overflow
+    again = Sessions(FileSessionStore(tmp_path / "s", limit=3))  # another process
+    assert again.check(tokens[4], table, now=1002.0) is None
+    later = again.issue(ADMIN_KEY.encode(), now=2000.0)
+    assert again.check(later, table, now=2001.0) is not None
+    assert len((tmp_path / "s").read_text().splitlines()) <= 4
+
+
+async def test_guessing_keys_is_slowed_then_refused_with_retry_after(tmp_path: Path) -> None:
+    """Issue 37, item 12: failed logins from one source wait longer each
+    time, then are answered 429 with ``Retry-After`` (the right key too,
+    form or bearer); the waits are async: the proxy answers others
+    meanwhile."""
+    async with scene(tmp_path, serve=False) as sc, aiohttp.ClientSession() as s:
+        throttle = sc.proxy.app[UI].throttle
+        throttle.base_delay = 0.001  # the growth, not the seconds, is under test
+        statuses = []
+        for i in range(throttle.limit + 2):
+            async with s.post(sc.root + "/ui/login", data={"key": f"guess-{i}"}) as r:
+                statuses.append(r.status)
+                retry = r.headers.get("Retry-After")
+        assert statuses == [401] * throttle.limit + [429, 429]
+        assert retry is not None and 0 < int(retry) <= throttle.window
+        async with s.post(sc.root + "/ui/login", data={"key": ADMIN_KEY}) as r:
+            assert r.status == 429
+        assert (await get(s, sc.root + "/ui", Authorization=f"Bearer {ADMIN_KEY}"))[0] == 429
+        # the waits are async: a second failure waits, others are served
+        throttle.sources.clear()
+        throttle.base_delay = 0.5
+        assert (await get(s, sc.root + "/ui", Authorization="Bearer wrong-key"))[0] == 401
+        slow = asyncio.create_task(get(s, sc.root + "/ui", Authorization="Bearer wrong-key"))
+        await asyncio.sleep(0.05)
+        async with s.get(sc.root + "/healthz") as r:
+            assert r.status == 200
+        assert not slow.done()  # still waiting, and it kept no one else waiting
+        assert (await slow)[0] == 401
+
+
+def test_the_login_delay_grows_is_bounded_and_so_is_memory() -> None:
+    now = [0.0]
+    t = LoginThrottle(limit=5, window=60, max_sources=3, clock=lambda: now[0])
+    delays = []
+    for _ in range(5):
+        assert t.begin("a") is None
+        delays.append(t.delay("a"))
+    assert delays == sorted(delays) and delays[0] == 0 < delays[1] < delays[-1] <= t.max_delay
+    assert t.begin("a") == 60
+    now[0] = 45.0
+    assert t.begin("a") == 15
+    now[0] = 61.0
+    assert t.begin("a") is None  # the window ended
+    for source in ("b", "c", "d", "e"):
+        t.begin(source)
+    assert len(t.sources) == 3 and "a" not in t.sources
+    t.succeeded("e")
+    assert "e" not in t.sources
 
 
 def test_the_page_needs_one_of_the_proxys_own_keys() -> None:

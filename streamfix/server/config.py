@@ -223,6 +223,7 @@ class ServerConfig:
     traces: bool = False
     # the operator page (streamfix.server.ui)
     ui: bool = False
+    state_dir: str | None = None
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
@@ -371,6 +372,14 @@ SETTINGS: tuple[Setting, ...] = (
         bool,
         "serve the operator page at /ui (models, recordings, unrecognised markup, probe, "
         "config, reload); needs one of the proxy's own --api-key keys to log in (default off)",
+    ),
+    Setting(
+        "state_dir",
+        str,
+        "directory for state shared by the workers and kept across restarts: the operator "
+        "page's logged-out sessions; unset: $XDG_STATE_HOME/streamfix, else "
+        "~/.local/state/streamfix (default off)",
+        "DIR",
     ),
 )
 

@@ -29,8 +29,10 @@ headers (an upstream error body may echo the key it was sent), and of
 anything shaped like a key (``sk-…``, ``Bearer …``, ``api_key=…``). A
 reply's reads are scrubbed joined (``scrub_reads``): a key echoed across
 two reads is found whole, and each read keeps its place.
-``record_redact = "messages"`` also replaces the text of every message by
-its length (the chain never reads it: replay is unchanged).
+``record_redact = "messages"`` also replaces what was said by its length,
+on every route (``redact_messages``: chat messages with their parts,
+reasoning and call arguments, a completion's ``prompt``, an embedding's
+``input``, a door's ``system``/``instructions``/``input``).
 
 The file (``FORMAT``, one JSON object, indented)::
 
@@ -153,6 +155,13 @@ def scrub_key_shapes(data: bytes) -> bytes:
     if any(t in data.lower() for t in _CREDENTIAL_TRIGGERS):
         data = _CREDENTIAL.sub(_keep_prefix, data)
     return data
+
+
+#: The name of a recording this recorder wrote (``Recorder._write``):
+#: ``<UTC stamp>-<pid>-<seq>-<reasons>.json``. Only files so named are
+#: counted and pruned: an operator's own ``*.json`` in the directory is
+#: never touched (the operator page lists by the same shape).
+RECORDING_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]+Z-[0-9]+-[0-9]+-[a-z_+]+\.json$")
 
 
 #: The shortest configured secret scrubbed as a string (a 1-3 character
@@ -459,59 +468,29 @@ def decode_bytes(obj: dict[str, Any]) -> bytes:
     return str(obj.get("text", "")).encode()
 
 
+#: The fields of a request, on any route, that hold what was said: chat
+#: ``messages`` (content, parts, ``reasoning_content``, call arguments),
+#: a text completion's ``prompt`` and ``suffix``, an embedding's or a
+#: Responses ``input``, a door's ``system`` and ``instructions``. Every
+#: string under them is hidden, but for the keys that only name or type
+#: things (``_KEPT_KEYS``); token arrays (numbers) are kept.
+_TEXT_FIELDS = frozenset({"messages", "prompt", "suffix", "input", "system", "instructions"})
+_KEPT_KEYS = frozenset(
+    {"type", "role", "name", "id", "call_id", "tool_call_id", "tool_use_id", "status"}
+)
+
+
 def redact_messages(body: Any) -> Any:
-    """``body`` with the text of every message (and every call's arguments)
-    replaced by its length; roles, names, tools and options kept."""
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+    """``body`` (a request of any route: chat, text completions,
+    embeddings, a front door) with what was said replaced by its length
+    (``_TEXT_FIELDS``); roles, names, ids, tools and options kept."""
+    if not isinstance(body, dict):
         return body
-    out = dict(body)
-    out["messages"] = [_redact_message(m) for m in body["messages"]]
-    return out
+    return {k: _hide_strings(v) if k in _TEXT_FIELDS else v for k, v in body.items()}
 
 
 def _hidden(text: str) -> str:
     return f"[redacted: {len(text)} characters]"
-
-
-def _redact_message(msg: Any) -> Any:
-    if not isinstance(msg, dict):
-        return msg
-    out = dict(msg)
-    content = msg.get("content")
-    if isinstance(content, str):
-        out["content"] = _hidden(content)
-    elif isinstance(content, list):
-        out["content"] = [
-            {**p, "text": _hidden(p["text"])}
-            if isinstance(p, dict) and isinstance(p.get("text"), str)
-            else p
-            for p in content
-        ]
-    calls = msg.get("tool_calls")
-    if isinstance(calls, list):
-        out["tool_calls"] = [_redact_call(c) for c in calls]
-    return out
-
-
-def _redact_call(call: Any) -> Any:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
-        return call
-    return {**call, "function": {**fn, "arguments": _hidden(fn["arguments"])}}
-
-
-#: A front door's request: the fields that hold what was said (every string
-#: under them hidden, but for the keys that only name or type things).
-_DOOR_TEXT_FIELDS = frozenset({"messages", "input", "system", "instructions"})
-_DOOR_KEPT_KEYS = frozenset({"type", "role", "name", "id", "call_id", "tool_use_id", "status"})
-
-
-def redact_door_body(body: Any) -> Any:
-    """A front door's request (Messages, Responses) with what was said
-    replaced by its length, as ``redact_messages`` does for chat."""
-    if not isinstance(body, dict):
-        return body
-    return {k: _hide_strings(v) if k in _DOOR_TEXT_FIELDS else v for k, v in body.items()}
 
 
 def _hide_strings(value: Any) -> Any:
@@ -520,7 +499,7 @@ def _hide_strings(value: Any) -> Any:
     if isinstance(value, list):
         return [_hide_strings(v) for v in value]
     if isinstance(value, dict):
-        return {k: v if k in _DOOR_KEPT_KEYS else _hide_strings(v) for k, v in value.items()}
+        return {k: v if k in _KEPT_KEYS else _hide_strings(v) for k, v in value.items()}
     return value
 
 
@@ -750,13 +729,14 @@ class Recorder:
             raise
 
     def _load_index(self) -> deque[tuple[str, int]]:
-        """The recordings already in the directory, oldest (by name) first;
-        read once (the directory is created if need be)."""
+        """The recordings already in the directory (``RECORDING_NAME``, no
+        other file), oldest (by name) first; read once (the directory is
+        created if need be)."""
         if self._index is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             found = []
             for entry in os.scandir(self.directory):
-                if entry.name.endswith(".json") and not entry.name.startswith("."):
+                if RECORDING_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(OSError):
                         found.append((entry.name, entry.stat().st_size))
             found.sort()
@@ -806,7 +786,7 @@ class Recorder:
         except orjson.JSONDecodeError:
             body = take.body.decode("utf-8", "replace")
         if self.redact:
-            body = redact_messages(body) if take.door is None else redact_door_body(body)
+            body = redact_messages(body)
         # What was sent upstream is written as its difference from the chat
         # request: the client's, or the one a front door made of it.
         chat_body = body

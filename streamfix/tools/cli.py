@@ -35,6 +35,21 @@ first instruction too. What a waiting signal does once unblocked:
   probes, ``Proxy.lifecycle``), so a reload asked for during start-up is
   applied once, when ready. With ``--workers`` the parent passes it on; a
   worker still starting holds it the same way.
+
+*Workers stop once* (``_WorkerStop``). A stop sent to the whole process
+group (``systemctl stop``, which signals every process of the unit, and
+Ctrl-C at a terminal) reaches each worker twice: the signal itself, then
+the parent's forward. A worker drains on the first (streams in flight
+finish, ``shutdown_timeout``) and ignores what follows: any SIGTERM, and
+the first SIGINT; only a second SIGINT (Ctrl-C pressed again) stops it
+at once. The parent forwards SIGTERM, once per worker.
+
+*Workers are replaced* (``_Supervisor``). A worker that exits while the
+parent is not stopping (killed, crashed) is logged and replaced by a new
+one; past ``MAX_RESTARTS`` replacements within ``RESTART_WINDOW``
+seconds the parent stops the others and exits with status 3, so that its
+own supervisor (systemd, a container runtime) restarts the whole
+service rather than it running on fewer workers.
 """
 
 from __future__ import annotations
@@ -202,8 +217,42 @@ async def _stopping(app: Any) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, (_HUP,))
 
 
+class _WorkerStop:
+    """A worker's SIGTERM/SIGINT handler (see the module doc): the first
+    stop drains (aiohttp's ``GracefulExit``), what follows is ignored but
+    for a second SIGINT, which stops at once."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.interrupts = 0
+
+    def __call__(self, signum: int) -> None:
+        from aiohttp.web import GracefulExit
+
+        self.interrupts += signum == signal.SIGINT
+        if self.first is None:
+            self.first = signum
+            raise GracefulExit()
+        if self.interrupts >= 2:
+            raise KeyboardInterrupt
+        logging.getLogger("streamfix.server").info(
+            "worker %d: already stopping; signal %d ignored", os.getpid(), signum
+        )
+
+    async def install(self, app: Any) -> None:
+        """First of the app's start-up, instead of aiohttp's handlers."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, self, sig)
+
+
 def _run(
-    cfg: ServerConfig, reuse_port: bool, source: Callable[[], ServerConfig] | None = None
+    cfg: ServerConfig,
+    reuse_port: bool,
+    source: Callable[[], ServerConfig] | None = None,
+    worker: bool = False,
 ) -> None:
     from aiohttp import web
 
@@ -215,6 +264,8 @@ def _run(
     load_plugins(cfg.formats)  # again in a worker process: its own registry
     app = create_app(cfg, source)
     app.on_startup.insert(0, _stoppable)
+    if worker:
+        app.on_startup.insert(0, _WorkerStop().install)
     app.on_startup.append(_reloadable)
     app.on_shutdown.append(_stopping)
     web.run_app(
@@ -224,13 +275,110 @@ def _run(
         reuse_port=reuse_port or None,
         print=None,
         access_log=logging.getLogger("streamfix.access"),
+        handle_signals=not worker,
         **run_options(cfg),
     )
 
 
 def _worker(cfg: ServerConfig, source: Callable[[], ServerConfig] | None) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        _run(cfg, reuse_port=True, source=source)
+        _run(cfg, reuse_port=True, source=source, worker=True)
+
+
+#: Replacements of dead workers allowed within ``RESTART_WINDOW`` seconds;
+#: one more and the parent exits ``GAVE_UP`` (see the module doc).
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
+GAVE_UP = 3
+
+
+class _Supervisor:
+    """The parent of ``--workers N``: starts them, passes signals on, and
+    replaces a worker that dies (bounded: ``MAX_RESTARTS``)."""
+
+    def __init__(self, cfg: ServerConfig, source: Callable[[], ServerConfig] | None) -> None:
+        self.cfg = cfg
+        self.source = source
+        self.ctx = multiprocessing.get_context("spawn")
+        self.procs: list[Any] = []
+        self.stopping = False
+        self.told: set[int] = set()  # the workers sent SIGTERM
+        self.restarts: list[float] = []  # when each replacement was started
+        self.replaced = 0
+        self.log = logging.getLogger("streamfix.server")
+
+    def start_one(self) -> Any:
+        """A worker; the caller holds the signals (``hold_signals``): the
+        worker inherits them held and unblocks them itself, and the
+        parent's handlers run once it is in ``procs``."""
+        p = self.ctx.Process(target=_worker, args=(self.cfg, self.source), daemon=False)
+        p.start()
+        return p
+
+    def stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        self.tell()
+
+    def tell(self) -> None:
+        """SIGTERM to each live worker not told yet: once each (a group
+        signal reached it already; a second stop from us is no news)."""
+        for p in self.procs:
+            if p.pid is not None and p.pid not in self.told and p.is_alive():
+                self.told.add(p.pid)
+                os.kill(p.pid, signal.SIGTERM)
+
+    def reload(self, signum: int, frame: object) -> None:
+        # a worker not started yet reads the configuration as it starts
+        for p in self.procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGHUP)
+
+    def watch(self) -> int:
+        """Until every worker has ended after a stop; replaces the dead."""
+        import time
+        from multiprocessing.connection import wait
+
+        while True:
+            live = [p for p in self.procs if p.exitcode is None]
+            if self.stopping and not live:
+                return max((p.exitcode or 0) for p in self.procs)
+            wait([p.sentinel for p in live], timeout=0.5)
+            if self.stopping:
+                self.tell()  # one started as the stop came
+                continue
+            for i, p in enumerate(self.procs):
+                if p.exitcode is None:
+                    continue
+                p.join()
+                now = time.monotonic()
+                self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW]
+                if len(self.restarts) >= MAX_RESTARTS:
+                    self.log.error(
+                        "worker %d exited (status %s); %d replaced in the last %ds: giving up",
+                        p.pid,
+                        p.exitcode,
+                        len(self.restarts),
+                        RESTART_WINDOW,
+                    )
+                    self.stop(signal.SIGTERM, None)
+                    for q in self.procs:
+                        q.join()
+                    return GAVE_UP
+                self.restarts.append(now)
+                self.replaced += 1
+                hold_signals()
+                try:
+                    self.procs[i] = self.start_one()
+                finally:
+                    release_signals()
+                self.log.error(
+                    "worker %d exited unexpectedly (status %s): replaced by %d "
+                    "(%d replaced since the start)",
+                    p.pid,
+                    p.exitcode,
+                    self.procs[i].pid,
+                    self.replaced,
+                )
 
 
 def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -> int:
@@ -250,48 +398,24 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
     if not hasattr(__import__("socket"), "SO_REUSEPORT"):
         print("--workers needs SO_REUSEPORT (Linux, BSD, macOS)", file=sys.stderr)
         return 2
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=_worker, args=(cfg, source), daemon=False) for _ in range(cfg.workers)
-    ]
-    stopping = False
-
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGINT)
-
-    def reload(signum: int, frame: object) -> None:
-        # a worker not started yet reads the configuration as it starts
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGHUP)
-
+    sup = _Supervisor(cfg, source)
     # The handlers first: starting multiprocessing's resource tracker
     # unblocks SIGTERM and SIGINT behind our back (a stop that came
     # meanwhile is taken now). The workers must inherit the signals
     # blocked: the tracker is started, the signals blocked again, and only
     # then the workers started.
     for sig in _STOP_SIGNALS:
-        signal.signal(sig, stop)
+        signal.signal(sig, sup.stop)
     if _HUP is not None:
-        signal.signal(_HUP, reload)
+        signal.signal(_HUP, sup.reload)
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
     hold_signals()
-    for p in procs:
-        if not stopping:
-            p.start()
-    release_signals()  # a signal held until now is handled here
-    if stopping:
-        stop(signal.SIGTERM, None)  # the workers hold it until they are ready
-    for p in procs:
-        if p.pid is not None:
-            p.join()
-    return max((p.exitcode or 0) for p in procs)
+    for _ in range(cfg.workers):
+        sup.procs.append(sup.start_one())
+    release_signals()  # a signal held until now is handled here, for every worker
+    return sup.watch()
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

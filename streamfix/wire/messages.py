@@ -42,7 +42,6 @@ import orjson
 from .. import jsoncodec
 from ..errors import RequestError
 from .turn import (
-    MAX_FILE_CHARS,
     TurnEncoder,
     check_bool,
     check_number,
@@ -179,7 +178,7 @@ def _document(block: dict[str, Any], where: str, omitted: dict[str, int]) -> dic
     if isinstance(src, dict):
         media_type = src.get("media_type")
         if kind == "text" and isinstance(src.get("data"), str):
-            text = src["data"][:MAX_FILE_CHARS]
+            text = src["data"]
         elif kind == "content":
             text = _text(src.get("content"), f"{where}.source.content")
         elif kind == "base64" and is_text_type(media_type):
@@ -315,7 +314,8 @@ def _tool_choice(choice: Any, offered: list[dict[str, Any]]) -> Any:
     if choice is None:
         return None
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if not isinstance(choice, dict) or (kind != "tool" and kind not in _CHOICES):
+    # ``type`` is checked a string first: a list or an object is not a key
+    if not isinstance(kind, str) or (kind != "tool" and kind not in _CHOICES):
         raise RequestError(
             "'tool_choice' must be an object of type auto, any, tool or none", param="tool_choice"
         )

@@ -64,7 +64,6 @@ import orjson
 from .. import jsoncodec
 from ..errors import RequestError
 from .turn import (
-    MAX_FILE_CHARS,
     TurnEncoder,
     check_bool,
     check_number,
@@ -213,7 +212,7 @@ def _part(p: Any, where: str, omitted: dict[str, int]) -> dict[str, Any] | None:
         name = p.get("filename")
         if isinstance(name, str) and name:
             text = f"{name}\n\n{text}"
-        return {"type": "text", "text": text[:MAX_FILE_CHARS]}
+        return {"type": "text", "text": text}
     count(omitted, str(kind)[:40])
     return None
 

@@ -457,10 +457,6 @@ IMAGE_OMITTED = "[an image was omitted here: this model does not take images]"
 #: Media types of a file or document passed on as its text.
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
 
-#: Longest file or document text passed on (characters): bounded, as the
-#: rest of a request is by the body's size limit.
-MAX_FILE_CHARS = 1 << 20
-
 
 def count(counts: dict[str, int], kind: str, n: int = 1) -> None:
     counts[kind] = counts.get(kind, 0) + n
@@ -479,11 +475,13 @@ def file_omitted(what: str, media_type: Any) -> str:
 
 
 def decode_text(data: Any) -> str | None:
-    """Base64 ``data`` as UTF-8 text (``None`` when it is not)."""
+    """Base64 ``data`` as UTF-8 text, whole (``None`` when it is not).
+    Never cut: the request's body limit already bounds it, and a file
+    missing its end would be answered as if it were whole."""
     if not isinstance(data, str):
         return None
     try:
-        return base64.b64decode(data, validate=False).decode("utf-8")[:MAX_FILE_CHARS]
+        return base64.b64decode(data, validate=False).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
 
@@ -499,7 +497,7 @@ def data_url_text(url: Any) -> tuple[str | None, str | None]:
         return None, media_type
     if ";base64" in head:
         return decode_text(data), media_type
-    return data[:MAX_FILE_CHARS], media_type
+    return data, media_type
 
 
 def no_file_ids(where: str) -> RequestError:

@@ -60,7 +60,9 @@ class Ui:
     """The page's state in one app."""
 
     def __init__(self, proxy: Proxy) -> None:
-        self.sessions = auth.Sessions()
+        store = auth.FileSessionStore(auth.state_dir(proxy.cfg.state_dir) / auth.SESSIONS_FILE)
+        self.sessions = auth.Sessions(store)
+        self.throttle = auth.LoginThrottle()
         self.probes = Probes()
         self.index = Index(proxy.cfg.record) if proxy.cfg.record else None
         self.static = {
@@ -99,7 +101,16 @@ def guarded(
 
     async def guard(request: web.Request) -> web.StreamResponse:
         ui = request.app[UI]
+        source = auth.source_of(request)
+        keyed = bool(auth.bearer(request))  # a script's key: a guess to slow
+        if keyed and (wait := ui.throttle.begin(source)) is not None:
+            return too_many(wait)
         status, session = auth.who(request, ui.sessions)
+        if keyed:
+            if status == 200:
+                ui.throttle.succeeded(source)
+            elif status == 401:
+                await asyncio.sleep(ui.throttle.delay(source))
         if status == 403 or session is None:
             if status == 403:
                 return html(
@@ -133,20 +144,34 @@ async def login_form(request: web.Request) -> web.StreamResponse:
     return html(pages.login_page())
 
 
+def too_many(wait: int) -> web.Response:
+    """The answer to a source past its failed logins (``auth.LoginThrottle``)."""
+    resp = html(
+        pages.message_page("Too many attempts", "Too many failed logins: try again later."), 429
+    )
+    resp.headers["Retry-After"] = str(wait)
+    return resp
+
+
 async def login(request: web.Request) -> web.StreamResponse:
     if not auth.same_origin(request):
         return html(pages.message_page("Refused", "A login from another site."), 403)
+    throttle, source = request.app[UI].throttle, auth.source_of(request)
+    if (wait := throttle.begin(source)) is not None:
+        return too_many(wait)
     form = await request.post()
     key = form.get("key")
     token = key.strip().encode() if isinstance(key, str) else b""
     ok, tenant = request[TABLE].authenticate(token)
     if not ok:
+        await asyncio.sleep(throttle.delay(source))  # others are served meanwhile
         return html(pages.login_page("That is not one of the proxy's keys."), 401)
     if tenant is not None:
         return html(
             pages.message_page("Not for tenants", "This page needs one of the proxy's own keys."),
             403,
         )
+    throttle.succeeded(source)
     resp = see_other(PREFIX)
     auth.set_cookie(resp, request, request.app[UI].sessions.issue(token))
     return resp
