@@ -16,7 +16,7 @@ C4_1 = ("4", "a URL in a string: the inner quote ends the string, the rest reads
 C4_2 = ("4", "an unescaped inner quote that cannot end the string ends it")
 C5_1 = (
     "5",
-    "a later start is tried after a value that failed to read; an inner array is the answer",
+    "a later start is tried after a value that failed to read; what it finds is sent as the answer",
 )
 C6X_1 = ("6+", "a closer of an outer container where an inner one is missing")
 C6X_2 = ("6+", "a leading comma in an array or object")
