@@ -72,6 +72,9 @@ _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
 _ESCAPES = frozenset('"\\/bfnrtu')
 _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 _HEX = frozenset("0123456789abcdefABCDEF")
+#: Escapes of C and Python with a meaning of their own (bell, NUL, hex …):
+#: keeping the backslash as a character would be a guess.
+_FOREIGN_ESCAPES = frozenset("av0ex")
 #: In a comment the reply ends in: it swallowed brackets or members.
 _COMMENT_CLOSERS = re.compile(r'[\]}"]')
 
@@ -120,7 +123,9 @@ class JsonRewriter:
         "_pkind",
         "_qhold",
         "_quote",
+        "_scomma",
         "_slast",
+        "_snl",
         "_undecided",
         "_word",
         "counts",
@@ -145,6 +150,8 @@ class JsonRewriter:
         self._cclose = False  # the open comment holds a closer or a quote
         self._inner = 0  # quotes inside the open string so far
         self._slast = ""  # the open string's last character that is not a blank
+        self._snl = False  # a raw new line since the last character that is not a blank
+        self._scomma = False  # the string's last character is a comma
         self._fresh = False  # a container just opened: nothing in it yet
         self._fenced = False  # a fence came before the closing brackets
         self._mismatch = False  # a closer closed more than the innermost container
@@ -435,6 +442,10 @@ class JsonRewriter:
         top = self._closers[-1]
         if c == top:
             if c == ")":
+                if len(self._closers) == 1 and self._pkind[-1] == "?" and self._expect != _VALUE:
+                    # ``(1)`` alone: Python's value, or a tuple missing its comma
+                    self._fail("one value in parentheses as the whole reply")
+                    return i
                 self._decide("t" if self._expect == _VALUE else "s")
                 out.append("]" if self._pkind.pop() == "t" else "")
                 self._pidx.pop()
@@ -463,6 +474,8 @@ class JsonRewriter:
         self.tokens += 1
         self._inner = 0
         self._slast = ""
+        self._snl = False
+        self._scomma = False
         self._quote = _CLOSING[quote]
         self._key = key
         if quote != '"':
@@ -563,7 +576,7 @@ class JsonRewriter:
                     return i
                 self._end_string(sink)
                 return i
-            if not self._slast or self._slast == "," or self._slast == "/":
+            if not self._slast or self._snl or self._scomma or self._slast in "/\\":
                 # ``""value"``, ``"a,"b"``: a string ended with its next one's
                 # opening quote missing, as likely as a quote inside it
                 self._fail("a quote that may end the string or be inside it")
@@ -606,6 +619,8 @@ class JsonRewriter:
                 last = got.rstrip()
                 if last:
                     self._slast = last[-1]
+                    self._snl = False
+                self._scomma = got[-1] == ","
                 i = m.end()
                 continue
             c = text[i]
@@ -625,6 +640,8 @@ class JsonRewriter:
                 sink.append('\\"')
                 i += 1
             else:  # a control character
+                self._snl = self._snl or c == "\n"
+                self._scomma = False
                 self.counts["json_control"] += 1
                 sink.append(_CONTROL.get(c) or f"\\u{ord(c):04x}")
                 i += 1
@@ -646,6 +663,9 @@ class JsonRewriter:
                 sink.append("'")
             elif c in _ESCAPES:
                 sink.append("\\" + c)
+            elif c in _FOREIGN_ESCAPES:
+                self._fail(f"an escape JSON does not have: \\{c}")
+                return i
             else:
                 # ``\*`` and the like: the backslash stays a character
                 self.counts["json_escape"] += 1
