@@ -243,7 +243,6 @@ class JsonRewriter:
             if self._key:
                 self._pending.clear()
             else:
-                out.append(self._qhold and '\\"' or "")
                 out.append('"')
             self._quote = ""
             self._qhold = ""
@@ -560,14 +559,13 @@ class JsonRewriter:
             blank = len(held) > 1
             top = self._closers[-1] if self._closers else ""
             follows = (
-                (c in ",:" and bool(top))
-                or (c in "}])" and c == top)
-                or c in "/`"
-                or "\n" in held
+                (c in ",:" and bool(top)) or (c in "}])" and c == top) or c in "/`" or "\n" in held
             )
             # another value where a comma or a colon belongs
-            missing = c == '"' or (blank and c in "'\u201c\u2018{[(") or (
-                blank and (c.isdigit() or c == "-" or (self._key and c.isalpha()))
+            missing = (
+                c == '"'
+                or (blank and c in "'\u201c\u2018{[(")
+                or (blank and (c.isdigit() or c == "-" or (self._key and c.isalpha())))
             )
             self._qhold = held
             if follows or missing:
