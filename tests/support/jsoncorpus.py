@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from streamfix.session import SSESession
-from streamfix.transforms.jsonout import JsonSpec, schema_error
+from streamfix.spec import JsonSpec
+from streamfix.transforms.jsonout import schema_error
 from tests.support.streamutil import assemble, fixed_whole, text_stream
 
 CORPUS_PATH = Path(__file__).resolve().parent.parent / "data" / "json_repair_corpus.json"
