@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.json_corpus_known import KNOWN
 from tests.support.jsoncorpus import CASES, failure, streamed, whole
@@ -54,3 +56,21 @@ def test_streamed_equals_whole(case: dict[str, Any]) -> None:
     want = whole(case)
     for pieces in _splits(case["text"]):
         assert streamed(case, pieces) == want, pieces
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    cuts=st.lists(st.integers(min_value=1, max_value=400), max_size=16),
+)
+def test_any_split_equals_whole(case: dict[str, Any], cuts: list[int]) -> None:
+    """Split invariance of the JSON step on the corpus: any cut of the reply
+    gives what the whole gives (the value, the note, the refusal)."""
+    text = case["text"]
+    points = sorted({c for c in cuts if c < len(text)})
+    pieces, prev = [], 0
+    for p in points:
+        pieces.append(text[prev:p])
+        prev = p
+    pieces.append(text[prev:])
+    assert streamed(case, pieces) == whole(case), pieces

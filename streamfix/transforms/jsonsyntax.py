@@ -306,6 +306,7 @@ class JsonRewriter:
     def _decide(self, kind: str) -> None:
         """The innermost ``(`` is a tuple (``t``) or one value (``s``)."""
         if self._pkind[-1] == "?":
+            self.counts["json_tuple"] += 1
             self._gbuf[self._pidx[-1]] = "[" if kind == "t" else ""
             self._pkind[-1] = kind
             self._undecided -= 1
@@ -372,7 +373,7 @@ class JsonRewriter:
             if (c in "\"'{[(-\u201c\u2018" or c.isalnum()) and self._pending[-1].isspace():
                 # a value after the key and a blank: the key's colon is missing
                 self.counts["json_colon"] += 1
-                self._pending.append(":")
+                self._pending.insert(len(self._pending) - 1, ":")
                 self._expect = _VALUE
                 return i
             self._fail(f"{c!r} where a colon belongs")
