@@ -29,8 +29,10 @@ choice does not depend on how the reply was split):
 - **hold**: ``json_schema`` with ``strict: true``, or a ``{`` inside a
   sentence, or none in the first ``MAX_LEAD`` characters. Nothing is sent
   until the end (the proxy keeps the client alive meanwhile); then the
-  value is taken out of the text (the first ``{``/``[`` whose rewrite reads
-  without an error; prose and fences around it dropped and counted),
+  value is taken out of the text (``extract``: the first ``{``/``[``/``(``,
+  or a top-level scalar the schema asks for; a later start only when the
+  one before failed at its first token, i.e. was prose; prose and fences
+  around it dropped and counted, JSON after it an error: ``tail_verdict``),
   repaired, coerced by the schema where the reading is certain
   (``toolargs.coerce`` on the top-level properties, as for tool
   arguments: ``"5"`` -> 5 for an integer), validated and sent as one

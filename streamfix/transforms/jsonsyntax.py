@@ -6,24 +6,39 @@ already JSON leaves as the model's own characters (a valid reply comes out
 byte for byte), and only a broken token is rewritten. What it repairs is
 what has one reading:
 
-- a trailing comma before ``}`` or ``]`` (dropped) and a missing comma
-  between two values on their own (inserted);
-- single-quoted strings (``'it\\'s'`` -> ``"it's"``) and bare object keys
-  (``{name: 1}``);
-- Python's ``True`` / ``False`` / ``None``;
-- ``//`` and ``/* */`` comments (dropped);
+- a trailing comma before ``}`` or ``]``, a leading one after ``[`` or
+  ``{`` (dropped), a missing comma between two values on their own and a
+  missing colon between a key and its value after a blank (inserted);
+- single-quoted strings (``'it\\'s'`` -> ``"it's"``), curly quotes as
+  delimiters (``“k”``), bare object keys (``{name: 1}``, ``{5: "x"}``);
+- ``True`` / ``False`` / ``None`` and the literals in any case (``TRUE``,
+  ``Null``); numbers spelled ``1_000``, ``.25``, ``1.``;
+- Python tuples: ``(1, 2)`` and ``()`` are arrays, ``(1)`` inside a value
+  is ``1`` (held until the first comma or the ``)`` says which);
+- ``"a" + "b"`` (one string); ``//`` and ``/* */`` comments (dropped);
+  Unicode blanks between tokens (NBSP, zero-width, BOM: dropped);
+- a ``"`` inside a string: held until the next character that is not a
+  blank says whether it ends the string (``_held_quote``): before what can
+  follow a string there it does; before a letter, digit or punctuation it is
+  a quote inside (``"[LINK]("https://e.com")"``), escaped;
 - invalid escapes (``\\*``, ``\\_``, ``\\$``: the backslash is kept as a
   character, ``"\\\\*"``, so the value holds exactly what the model wrote)
   and control characters inside strings (escaped);
-- at ``close``: an open string and the open brackets closed. A key with
-  no value yet, or a comma with nothing after it, is dropped.
+- a ``}``/``]`` of an outer container where an inner one is missing (the
+  inner ones closed), if nothing but the end follows; a fence where a comma
+  or a closer belongs (the value ends; ``close`` completes it);
+- at ``close``: the open brackets closed, a trailing comma dropped.
 
 Not repaired (``error`` says where it stopped): a bare word as a value
-(``NaN``, ``undefined``, unquoted text), a double quote inside a
-double-quoted string (``"he said "hi""``: where the string ends has no
-one reading), a key with no value before ``}``, nesting past
-``MAX_DEPTH``. From the error on, nothing more is read; ``close`` still
-completes the syntax of what was released.
+(``NaN``, ``undefined``, unquoted text); a ``"`` that could end the string
+or sit inside it (``""x"``, ``"a,"b"``, ``["a" b", "c"]``, inner quotes and
+then another string); ``(1)`` as the whole reply; C's escapes (``\\a``,
+``\\x``, ``\\0``); a key with no value before ``}``; nesting past
+``MAX_DEPTH``. At ``close`` of a reply that stopped (not ``cut``): a
+string still open, a key with no value, a comment over closing brackets
+(the syntax is completed, and it is an error: where it ended is a guess).
+From the error on, nothing more is read; ``close`` still completes the
+syntax of what was released.
 
 *Held.* Text is released once no later character can change it: a comma,
 the key and colon after it, and a number or word until its end are held;
