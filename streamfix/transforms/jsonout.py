@@ -192,16 +192,17 @@ def tail_verdict(tail: str) -> tuple[str | None, str | None]:
 
 
 def _starts(text: str, spec: JsonSpec) -> list[int]:
-    """Where a value may start: each ``{``, ``[`` and ``(``; and the first
-    character (after a leading fence) when it is a quote or the schema asks
-    for no object or array at the top (a top-level scalar), tried first."""
+    """Where a value may start: each ``{``, ``[`` and ``(``; and, with a
+    schema, the first character (after a leading fence) when it is a quote
+    (a string, or JSON written as one) or the schema asks for no object or
+    array at the top (a top-level scalar), tried first."""
     at = [m.start() for m in re.finditer(r"[\[{(]", text)][:MAX_STARTS]
     m = _LEAD_FENCE.match(text)
     first = m.end() if m is not None else 0
     while first < len(text) and text[first] in _BLANKS:
         first += 1
-    if first < len(text) and first not in at:
-        types = toolargs.schema_types(spec.schema) if spec.schema else frozenset()
+    if first < len(text) and first not in at and spec.schema is not None:
+        types = toolargs.schema_types(spec.schema)
         if text[first] in "\"'\u201c\u2018\\" or (types and not types & {"object", "array"}):
             at.insert(0, first)
     return at
