@@ -132,3 +132,85 @@ async def test_plain_request_is_not_touched(stack: Stack) -> None:
     up.push(Reply.json(completion(FENCED)))
     out = await client.chat.completions.create(model="m", messages=MESSAGES)
     assert out.choices[0].message.content == FENCED
+
+
+async def test_responses_echoes_the_format_it_was_asked_for(stack: Stack) -> None:
+    up, client, _ = stack
+    up.push(Reply.json(completion(FENCED)))
+    out = await client.responses.parse(model="m", input="Who?", text_format=Person)
+    assert out.status == "completed"
+    assert out.text is not None and out.text.format is not None
+    assert out.text.format.type == "json_schema"
+    assert (out.model_extra or {}).get("streamfix") is None
+
+
+def _invalid_twice(up: FakeUpstream) -> None:
+    up.push(Reply.json(completion('{"name": "Ada"}')))
+    up.push(Reply.json(completion('{"name": "Ada"}')))
+
+
+PERSON_FORMAT: Any = {"type": "json_schema", "name": "p", "schema": Person.model_json_schema()}
+
+
+async def test_responses_marks_an_invalid_value_incomplete(stack: Stack) -> None:
+    """A value that still fails the schema after the second asking: the
+    response is ``incomplete`` (no API reason fits: ``incomplete_details``
+    has a null reason) with the ``streamfix`` note saying why."""
+    up, client, _ = stack
+    _invalid_twice(up)
+    out = await client.responses.create(model="m", input="Who?", text={"format": PERSON_FORMAT})
+    assert len(up.chat_requests) == 2
+    assert out.status == "incomplete"
+    assert out.incomplete_details is not None and out.incomplete_details.reason is None
+    note = (out.model_extra or {})["streamfix"]
+    assert note["json"] == "invalid" and "'age' is a required property" in note["error"]
+    assert out.output_text == '{"name": "Ada"}'
+    assert out.text is not None and out.text.format is not None
+    assert out.text.format.type == "json_schema"
+
+
+async def test_responses_streamed_invalid_value_ends_incomplete(stack: Stack) -> None:
+    up, client, _ = stack
+    up.push(Reply.events(text_stream(['{"name": ', '"Ada"}'])))
+    kinds = []
+    final: Any = None
+    stream = await client.responses.create(
+        model="m", input="Who?", text={"format": PERSON_FORMAT}, stream=True
+    )
+    async for ev in stream:
+        kinds.append(ev.type)
+        if ev.type in ("response.completed", "response.incomplete"):
+            final = ev.response
+    assert kinds[-1] == "response.incomplete"
+    assert final.status == "incomplete"
+    assert (final.model_extra or {})["streamfix"]["json"] == "invalid"
+
+
+async def test_messages_carries_the_note_on_an_invalid_value(stack: Stack) -> None:
+    """Anthropic has no stop reason for it: the message, and streamed its
+    ``message_delta`` event, carry the ``streamfix`` note."""
+    import aiohttp
+
+    up, _, url = stack
+    _invalid_twice(up)
+    body = {
+        "model": "m",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Who?"}],
+        "output_config": {"format": {"type": "json_schema", "schema": Person.model_json_schema()}},
+    }
+    base = url.removesuffix("/v1")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/messages", json=body) as r:
+            msg = await r.json()
+        assert msg["stop_reason"] == "end_turn"
+        assert msg["streamfix"]["json"] == "invalid"
+        up.push(Reply.events(text_stream(['{"name": ', '"Ada"}'])))
+        async with http.post(f"{base}/v1/messages", json={**body, "stream": True}) as r:
+            raw = (await r.read()).decode()
+    delta = next(line for line in raw.splitlines() if '"message_delta"' in line and "data:" in line)
+    assert '"streamfix":{"json":"invalid"' in delta
+    # a valid reply carries no note
+    up.push(Reply.json(completion('{"name": "Ada", "age": 36}')))
+    async with aiohttp.ClientSession() as http, http.post(f"{base}/v1/messages", json=body) as r:
+        assert "streamfix" not in await r.json()

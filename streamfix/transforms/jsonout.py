@@ -29,8 +29,10 @@ choice does not depend on how the reply was split):
 - **hold**: ``json_schema`` with ``strict: true``, or a ``{`` inside a
   sentence, or none in the first ``MAX_LEAD`` characters. Nothing is sent
   until the end (the proxy keeps the client alive meanwhile); then the
-  value is taken out of the text (the first ``{``/``[`` whose rewrite reads
-  without an error; prose and fences around it dropped and counted),
+  value is taken out of the text (``extract``: the first ``{``/``[``/``(``,
+  or a top-level scalar the schema asks for; a later start only when the
+  one before failed at its first token, i.e. was prose; prose and fences
+  around it dropped and counted, JSON after it an error: ``tail_verdict``),
   repaired, coerced by the schema where the reading is certain
   (``toolargs.coerce`` on the top-level properties, as for tool
   arguments: ``"5"`` -> 5 for an integer), validated and sent as one
@@ -120,9 +122,13 @@ def schema_error(value: Any, spec: JsonSpec) -> str | None:
 
 
 def coerce_value(value: Any, schema: dict[str, Any] | None) -> Any:
-    """Top-level properties converted where certain (``toolargs.coerce``)."""
-    if schema is None or not isinstance(value, dict):
+    """Top-level properties converted where certain (``toolargs.coerce``);
+    a top-level scalar the same way (``"1"`` for an integer; JSON written
+    as a string where the schema wants the object or array)."""
+    if schema is None:
         return value
+    if not isinstance(value, dict):
+        return toolargs.convert_value(value, schema)
     out, changed = toolargs.coerce(value, schema)
     return out if changed else value
 
@@ -147,8 +153,66 @@ def _rewrite(text: str, cut: bool) -> tuple[str, JsonRewriter]:
     return out + rw.close(cut), rw
 
 
+_BLANKS = " \t\r\n\xa0\u200b\ufeff\u3000"
+_LEAD_FENCE = re.compile(r"\s*(?:```|~~~)[ \t]*[A-Za-z0-9_+-]*[ \t]*\r?\n")
+_FENCE_AT = re.compile(r"(?:```|~~~)")
+_JSONP = re.compile(
+    r"(?:\s|/\*[\s\S]*?\*/|//[^\n]*\n)*"
+    r"(?!(?:NumberLong|NumberInt|NumberDecimal|ObjectId|ISODate|Timestamp|BinData)\b)"
+    r"[A-Za-z_$][\w$.]*[ \t]*\((?=\s*[\[{\"'\d-])"
+)
+_JSONP_END = re.compile(r"\)[ \t\r\n]*;?[ \t\r\n]*\Z")
+
+
+def tail_verdict(tail: str) -> tuple[str | None, str | None]:
+    """What the text after the value is: ``(count, error)``. Blanks: nothing.
+    A closing fence, or prose with no JSON in it: dropped and counted
+    (``json_fence`` / ``json_prose``). A lone trailing comma: dropped
+    (``json_comma``). Anything that reads as JSON (a second value, members
+    after the closed object, a fenced value after the fence): an error,
+    since dropping it would lose what the model wrote."""
+    t = tail.strip(_BLANKS)
+    if not t:
+        return None, None
+    if t == ",":
+        return "json_comma", None
+    if not t.strip(_BLANKS + "}]"):
+        return "json_bracket", None  # closers with nothing open: dropped
+    if t[0] in ",:}])\"'{[(":
+        return None, f"text after the JSON value reads as JSON: {t[:60]!r}"
+    for starts, m in enumerate(re.finditer(r"[\[{]", t)):
+        if starts >= MAX_STARTS:
+            break
+        rw = JsonRewriter()
+        rw.feed(t[m.start() :])
+        rw.close()
+        if rw.error is None:
+            return None, f"a second JSON value after the first: {t[m.start() : m.start() + 60]!r}"
+    return ("json_fence" if _FENCE_AT.match(t) else "json_prose"), None
+
+
+def _starts(text: str, spec: JsonSpec) -> list[int]:
+    """Where a value may start: each ``{``, ``[`` and ``(``; and, with a
+    schema, the first character (after a leading fence) when it is a quote
+    (a string, or JSON written as one) or the schema asks for no object or
+    array at the top (a top-level scalar), tried first."""
+    at = [m.start() for m in re.finditer(r"[\[{(]", text)][:MAX_STARTS]
+    m = _LEAD_FENCE.match(text)
+    first = m.end() if m is not None else 0
+    while first < len(text) and text[first] in _BLANKS:
+        first += 1
+    if first < len(text) and first not in at and spec.schema is not None:
+        types = toolargs.schema_types(spec.schema)
+        if text[first] in "\"'\u201c\u2018\\" or (types and not types & {"object", "array"}):
+            at.insert(0, first)
+    return at
+
+
 def extract(text: str, spec: JsonSpec, cut: bool) -> Extracted:
-    """The value in a whole reply, repaired, coerced and checked."""
+    """The value in a whole reply, repaired, coerced and checked. A later
+    start is tried only when the one before failed at its first token
+    (prose with a bracket in it: ``(see below)``); a value that began to
+    read and then failed is the answer, refused."""
     try:
         value = jsoncodec.loads(text)
     except (orjson.JSONDecodeError, ValueError):
@@ -157,26 +221,26 @@ def extract(text: str, spec: JsonSpec, cut: bool) -> Extracted:
         err = schema_error(value, spec)
         if err is None:
             return Extracted(text, None, {})
+    m = _JSONP.match(text)
+    if m is not None:
+        # ``callback({...});``: the call around the value is dropped
+        end = _JSONP_END.search(text, m.end())
+        text = text[m.end() : end.start() if end is not None else len(text)]
     best: tuple[str, JsonRewriter, int] | None = None
-    for starts, m in enumerate(re.finditer(r"[\[{]", text)):
-        if starts >= MAX_STARTS:
+    for start in _starts(text, spec):
+        out, rw = _rewrite(text[start:], cut)
+        best = (out, rw, start)
+        if rw.error is None or rw.tokens > 1:
             break
-        out, rw = _rewrite(text[m.start() :], cut)
-        if rw.error is None:
-            best = (out, rw, m.start())
-            break
-        if best is None:
-            best = (out, rw, m.start())
-    if best is None:
+    if best is None or (best[1].error is not None and best[1].tokens <= 1):
         # nothing to repair: the text as it came, with the note
         return Extracted(text, "the reply holds no JSON value", {})
     out, rw, at = best
     counts = dict(rw.counts)
-    if text[:at].strip():
+    if text[:at].strip(_BLANKS):
         counts[_lead_kind(text[:at])] = counts.get(_lead_kind(text[:at]), 0) + 1
-    tail = rw.tail
-    if tail.strip():
-        kind = "json_fence" if _FENCE_CLOSE.match(tail) else "json_prose"
+    kind, tail_error = tail_verdict(rw.tail)
+    if kind is not None:
         counts[kind] = counts.get(kind, 0) + 1
     try:
         value = jsoncodec.loads(out)
@@ -186,6 +250,8 @@ def extract(text: str, spec: JsonSpec, cut: bool) -> Extracted:
         error: str | None = f"not repaired: {rw.error}"
     elif cut and (rw.counts["json_cut"] or rw.counts["json_dropped"]):
         error = "cut off by the token limit inside the JSON"
+    elif tail_error is not None:
+        error = tail_error
     else:
         fixed = coerce_value(value, spec.schema)
         if fixed is not value:
@@ -293,9 +359,8 @@ class JsonOutput:
             rw = self._rw
             rest = rw.close(cut)
             self._sent.append(rest)
-            tail = rw.tail
-            if tail.strip():
-                kind = "json_fence" if _FENCE_CLOSE.match(tail) else "json_prose"
+            kind, tail_error = tail_verdict(rw.tail)
+            if kind is not None:
                 report.count(kind)
             text += rest
             for k, n in rw.counts.items():
@@ -304,6 +369,8 @@ class JsonOutput:
                 error = f"not repaired: {rw.error}"
             elif cut and (rw.counts["json_cut"] or rw.counts["json_dropped"]):
                 error = "cut off by the token limit inside the JSON"
+            elif tail_error is not None:
+                error = tail_error
             elif self._sent_chars <= self.ctx.options.max_call_chars:
                 try:
                     value = jsoncodec.loads("".join(self._sent))

@@ -601,6 +601,15 @@ class MessagesEncoder(TurnEncoder):
         usage.update(self.usage_mark())
         return usage
 
+    def json_note(self) -> dict[str, Any]:
+        """A reply that is not the JSON ``output_config.format`` asked for:
+        Anthropic has no stop reason for it, so the message (and, streamed,
+        the ``message_delta`` event) carries the chat door's note,
+        ``"streamfix": {"json": "invalid", "error": …}``."""
+        if self.json_invalid is None:
+            return {}
+        return {"streamfix": {"json": "invalid", "error": self.json_invalid}}
+
     def on_done(self) -> None:
         self._close_block()
         reason = self.stop_reason()
@@ -610,6 +619,7 @@ class MessagesEncoder(TurnEncoder):
                 "type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": self.stop_sequence()},
                 "usage": self.usage_object(),
+                **self.json_note(),
             },
         )
         self._emit("message_stop", {"type": "message_stop"})
@@ -629,4 +639,5 @@ class MessagesEncoder(TurnEncoder):
             "stop_reason": self.stop_reason(),
             "stop_sequence": self.stop_sequence(),
             "usage": self.usage_object(),
+            **self.json_note(),
         }

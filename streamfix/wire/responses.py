@@ -323,8 +323,12 @@ class ResponsesDoor:
         reasoning = body.get("reasoning")
         set_effort(chat, reasoning.get("effort") if reasoning else None)
         fmt = self._format(body.get("text"))
+        #: ``text.format`` as the request gave it, echoed in the response
+        #: (what ``responses.parse`` and the Responses API expect back).
+        self.text_format: dict[str, Any] = {"type": "text"}
         if fmt is not None:
             chat["response_format"] = fmt
+            self.text_format = dict(body["text"]["format"])
         self.stream = pass_on(body, chat, ("temperature", "top_p"))
         self.chat_body = chat
         self.input_estimate = 0
@@ -606,6 +610,8 @@ class ResponsesEncoder(TurnEncoder):
             **self.usage_mark(),
         }
         reason = INCOMPLETE_REASONS.get(self.finish_reason or "")
+        if self.json_invalid is not None and status != "failed":
+            extra = {"streamfix": {"json": "invalid", "error": self.json_invalid}, **extra}
         return {
             "id": self.id,
             "object": "response",
@@ -618,7 +624,7 @@ class ResponsesEncoder(TurnEncoder):
             "incomplete_details": {"reason": reason} if status == "incomplete" else None,
             "tools": [],
             "store": False,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": self.door.text_format},
             **self.door.echo,
             **extra,
         }
@@ -760,7 +766,13 @@ class ResponsesEncoder(TurnEncoder):
             )
 
     def final_status(self) -> str:
-        return "incomplete" if self.finish_reason in INCOMPLETE_REASONS else "completed"
+        """``incomplete`` when the limit or a filter ended the turn, and
+        when the reply is not the JSON ``text.format`` asked for (then
+        ``incomplete_details.reason`` is null unless the limit cut it, and
+        the response's ``streamfix`` note says why)."""
+        if self.finish_reason in INCOMPLETE_REASONS or self.json_invalid is not None:
+            return "incomplete"
+        return "completed"
 
     def on_done(self) -> None:
         status = self.final_status()

@@ -46,6 +46,8 @@ class _TurnChoice(ChoiceView, gc=False):
     SGLang's ``stop_reason`` (the stop string or token id that matched)."""
 
     stop_reason: str | int | None = None
+    #: The chain's note on the choice (``{"json": "invalid", "error": …}``).
+    streamfix: dict[str, Any] | None = None
 
 
 class _TurnView(msgspec.Struct, gc=False):
@@ -124,6 +126,10 @@ class TurnEncoder:
         #: The stop string the upstream matched (``stop_reason`` on the
         #: choice, vLLM and SGLang), when it ended with ``stop``.
         self.matched_stop: str | None = None
+        #: Why the reply is not the JSON the request asked for (the chain's
+        #: ``"streamfix": {"json": "invalid", "error": …}`` note), or None:
+        #: each door marks it the way its API can carry it.
+        self.json_invalid: str | None = None
 
     # -- input -------------------------------------------------------------
 
@@ -148,6 +154,7 @@ class TurnEncoder:
         for raw in completion.get("choices") or ():
             if isinstance(raw, dict) and raw.get("index", 0) == 0:
                 self._stopped_by(raw.get("stop_reason"))
+                self._noted(raw.get("streamfix"))
         usage = completion.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -190,6 +197,12 @@ class TurnEncoder:
             if ch.finish_reason:
                 self.finish_reason = ch.finish_reason
                 self._stopped_by(ch.stop_reason)
+            if ch.streamfix is not None:
+                self._noted(ch.streamfix)
+
+    def _noted(self, note: Any) -> None:
+        if isinstance(note, dict) and note.get("json") == "invalid":
+            self.json_invalid = str(note.get("error") or "the reply is not the JSON asked for")
 
     def _stopped_by(self, stop: Any) -> None:
         # a token id (an int) is no stop sequence the client can be told of
