@@ -367,6 +367,9 @@ def test_json_after_the_value_is_never_cut_silently(text: str) -> None:
         ('{"a": 1}\n\nHope this helps!', "json_prose"),
         ('```json\n{"a": 1}\n```\nAnything else?', "json_fence"),
         ('{"a": 1}}', "json_bracket"),
+        # a reference mark in the prose is not a second value
+        ('{"a": 1}\n\nThis follows the docs [1].', "json_prose"),
+        ('{"a": 1}\n\nAs in [2, 3], the count is one.', "json_prose"),
     ],
 )
 def test_prose_after_the_value_is_dropped_and_counted(text: str, kind: str) -> None:

@@ -162,6 +162,9 @@ _JSONP = re.compile(
     r"[A-Za-z_$][\w$.]*[ \t]*\((?=\s*[\[{\"'\d-])"
 )
 _JSONP_END = re.compile(r"\)[ \t\r\n]*;?[ \t\r\n]*\Z")
+#: A reference mark in prose (``see [1]``, ``[2, 3]``): a list of numbers
+#: that prose after the value cites, not a second value the model answered.
+_CITATION = re.compile(r"\[[ \t]*\d{1,3}(?:[ \t]*,[ \t]*\d{1,3})*[ \t]*\]")
 
 
 def tail_verdict(tail: str) -> tuple[str | None, str | None]:
@@ -183,6 +186,8 @@ def tail_verdict(tail: str) -> tuple[str | None, str | None]:
     for starts, m in enumerate(re.finditer(r"[\[{]", t)):
         if starts >= MAX_STARTS:
             break
+        if _CITATION.match(t, m.start()):
+            continue
         rw = JsonRewriter()
         rw.feed(t[m.start() :])
         rw.close()
