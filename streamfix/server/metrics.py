@@ -293,6 +293,18 @@ class Metrics:
             ["door", "part"],
             registry=r,
         )
+        self.limited = Counter(
+            "streamfix_limited",
+            "Requests refused by a tenant's limit, by tenant and limit (requests, tokens, "
+            "concurrency; state: the shared state was unreachable and limits fail closed).",
+            ["tenant", "limit"],
+            registry=r,
+        )
+        self.state_errors = Counter(
+            "streamfix_state_errors",
+            "Round trips to the shared state (--state) that failed.",
+            registry=r,
+        )
         self.chunk_seconds = ChunkHistograms(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",

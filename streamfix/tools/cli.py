@@ -268,12 +268,16 @@ def _run(
         app.on_startup.insert(0, _WorkerStop().install)
     app.on_startup.append(_reloadable)
     app.on_shutdown.append(_stopping)
+    from ..server.drain import on_sigterm
+
+    app.on_startup.append(on_sigterm)  # SIGTERM drains (server/drain.py)
     web.run_app(
         app,
         host=cfg.host,
         port=cfg.port,
         reuse_port=reuse_port or None,
         print=None,
+        shutdown_timeout=cfg.drain_timeout,
         access_log=logging.getLogger("streamfix.access"),
         handle_signals=not worker,
         **run_options(cfg),
