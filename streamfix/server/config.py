@@ -396,8 +396,8 @@ SETTINGS: tuple[Setting, ...] = (
         "state",
         str,
         "share what is learned about the rows, resting rows and the tenants' limits with "
-        "every process naming the same Redis, redis://HOST:PORT/DB; needs the state extra "
-        "(default: in process)",
+        "every process naming the same Redis, redis://HOST:PORT/DB; needs the state extra; "
+        "without it all stays in process (default off)",
         "URL",
     ),
     Setting(

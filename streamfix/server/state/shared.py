@@ -94,7 +94,10 @@ class RedisStore:
         return self.prefix + ":".join(parts)
 
     async def begin(self, ask: Begin) -> Began:
-        pipe = self.client.pipeline(transaction=False)
+        async with self.client.pipeline(transaction=False) as pipe:
+            return await self._begin(pipe, ask)
+
+    async def _begin(self, pipe: Any, ask: Begin) -> Began:
         window = int(ask.now // WINDOW)
         if ask.limits:
             lim = ask.limits
@@ -133,7 +136,10 @@ class RedisStore:
         return Began(admission, facts, rests)
 
     async def end(self, told: End) -> None:
-        pipe = self.client.pipeline(transaction=False)
+        async with self.client.pipeline(transaction=False) as pipe:
+            await self._end(pipe, told)
+
+    async def _end(self, pipe: Any, told: End) -> None:
         if told.member is not None:
             pipe.zrem(self._key("flight", told.tenant), told.member)
             if told.tokens:
