@@ -101,7 +101,8 @@ class Fleet:
     def start_replica(self, i: int, wait: bool = True) -> None:
         cmd = [sys.executable, "-m", "streamfix", "serve", "--port", str(self.ports[i])]
         cmd += ["--upstream", self.upstream, "--state", self.state, *self.args]
-        self.procs[i] = subprocess.Popen(cmd, stderr=(self.dir / f"replica{i}.log").open("ab"))
+        with (self.dir / f"replica{i}.log").open("ab") as log:  # the child keeps its own
+            self.procs[i] = subprocess.Popen(cmd, stderr=log)
         if wait:
             ready(f"http://127.0.0.1:{self.ports[i]}/readyz")
 
@@ -117,11 +118,12 @@ class Fleet:
         cfg = (HERE / "haproxy.cfg.in").read_text()
         cfg = cfg.replace("@PORT@", str(self.port)).replace("@SERVERS@", servers)
         (self.dir / "haproxy.cfg").write_text(cfg)
-        self.haproxy = subprocess.Popen(
-            [binary("haproxy"), "-db", "-f", str(self.dir / "haproxy.cfg")],
-            stdout=subprocess.DEVNULL,
-            stderr=(self.dir / "haproxy.log").open("ab"),
-        )
+        with (self.dir / "haproxy.log").open("ab") as log:
+            self.haproxy = subprocess.Popen(
+                [binary("haproxy"), "-db", "-f", str(self.dir / "haproxy.cfg")],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         ready(self.url + "/readyz")
         return self
 
