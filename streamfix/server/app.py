@@ -42,7 +42,7 @@ from .routes.doors import add_doors, door_errors_mw
 from .routes.embeddings import embeddings
 from .routes.misroute import wrong_base_mw
 from .routes.models import models
-from .routes.status import healthz, metrics
+from .routes.status import healthz, livez, metrics, readyz
 
 #: aiohttp's keep-alive timeout when ``client_timeout`` allows more (its
 #: ``web.run_app`` default): an idle kept-alive connection is closed then.
@@ -86,6 +86,7 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     add_request_ids(app)
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
+    app.cleanup_ctx.append(proxy.fleet.lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)
 
     def recorded(handler: Handler) -> Handler:
@@ -101,6 +102,8 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", models)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     if config.ui:  # --ui: the operator page (its own key check, ui/auth.py)
         from .ui.routes import add_ui

@@ -67,6 +67,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .state.store import Limits
+
 ENV_PREFIX = "STREAMFIX_"
 
 
@@ -152,6 +154,8 @@ class TenantConfig:
     models: tuple[str, ...]  # public names; "*" for every model
     #: Tool narrowing for this tenant ("auto", "off"; None: the row's).
     narrow_tools: str | None = None
+    #: Its limits (``max_concurrent``, ``rpm``, ``tpm``; None: ``[limits]``'s).
+    limits: Limits | None = None
 
     def allows(self, model: str) -> bool:
         return "*" in self.models or model in self.models
@@ -224,6 +228,13 @@ class ServerConfig:
     # the operator page (streamfix.server.ui)
     ui: bool = False
     state_dir: str | None = None
+    # the fleet (streamfix.server.state): shared state, limits, drain
+    state: str | None = None
+    state_prefix: str = "streamfix:"
+    state_failure: str = "open"
+    limits: Limits = field(default_factory=Limits)
+    drain_grace: float = 5.0
+    drain_timeout: float = 600.0
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
@@ -381,6 +392,40 @@ SETTINGS: tuple[Setting, ...] = (
         "~/.local/state/streamfix (default off)",
         "DIR",
     ),
+    Setting(
+        "state",
+        str,
+        "share what is learned about the rows, resting rows and the tenants' limits with "
+        "every process naming the same Redis, redis://HOST:PORT/DB; needs the state extra; "
+        "without it all stays in process (default off)",
+        "URL",
+    ),
+    Setting(
+        "state_prefix",
+        str,
+        "prefix of every key in the shared state, one per fleet (default streamfix:)",
+        "PREFIX",
+    ),
+    Setting(
+        "state_failure",
+        str,
+        "while the shared state is unreachable: 'open' limits each process on its own, "
+        "'closed' refuses limited tenants with 503 (default open)",
+        choices=("open", "closed"),
+    ),
+    Setting(
+        "drain_grace",
+        float,
+        "on SIGTERM, seconds /readyz answers 503 while new requests are still taken, for a "
+        "load balancer to notice (default 5)",
+        "SECONDS",
+    ),
+    Setting(
+        "drain_timeout",
+        float,
+        "on SIGTERM, longest wait for replies in flight once no new one is taken (default 600)",
+        "SECONDS",
+    ),
 )
 
 #: What ``--record-on`` may name (``streamfix.server.record`` decides each).
@@ -497,7 +542,7 @@ def parse_tenant(table: Any) -> TenantConfig:
     """One ``[[tenant]]`` table."""
     if not isinstance(table, dict):
         raise ConfigError("config file: [[tenant]] must be tables")
-    unknown = sorted(set(table) - {"name", "api_key", "models", "narrow_tools"})
+    unknown = sorted(set(table) - {"name", "api_key", "models", "narrow_tools", *LIMIT_KEYS})
     if unknown:
         raise ConfigError(f"tenant: unknown option(s) {', '.join(unknown)}")
     name = str(table.get("name") or "").strip()
@@ -517,7 +562,23 @@ def parse_tenant(table: Any) -> TenantConfig:
         api_keys=tuple(keys),
         models=tuple(models),
         narrow_tools=_narrow_mode(table.get("narrow_tools"), f"tenant {name}"),
+        limits=limits_of(table, f"tenant {name}") if LIMIT_KEYS & set(table) else None,
     )
+
+
+#: A tenant's limits, in ``[[tenant]]`` and in ``[limits]`` (the default).
+LIMIT_KEYS = frozenset({"max_concurrent", "rpm", "tpm"})
+
+
+def limits_of(table: Mapping[str, Any], where: str) -> Limits:
+    """``max_concurrent``, ``rpm``, ``tpm`` of a table (0 or absent: none)."""
+    values = {}
+    for key in sorted(LIMIT_KEYS):
+        value = table.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}: {key} must be a whole number, 0 or more")
+        values[key] = value
+    return Limits(**values)
 
 
 def _split_list(value: str) -> list[str]:
@@ -544,6 +605,11 @@ def from_toml(path: str | Path) -> dict[str, Any]:
         out["tenants"] = [
             parse_tenant(t) for t in (tenants if isinstance(tenants, list) else [tenants])
         ]
+    limits = data.pop("limits", None)
+    if limits is not None:
+        if not isinstance(limits, dict) or set(limits) - LIMIT_KEYS:
+            raise ConfigError("config file: [limits] takes max_concurrent, rpm and tpm")
+        out["limits"] = limits_of(limits, "limits")
     keys = data.pop("api_key", None)
     if keys is not None:
         keys = [keys] if isinstance(keys, str) else keys
@@ -644,6 +710,13 @@ def validate(cfg: ServerConfig) -> None:
     for name in ("pool_wait", "backoff", "rest", "probe_interval", "keepalive_interval"):
         if not getattr(cfg, name) >= 0:
             raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
+    if cfg.state_failure not in ("open", "closed"):
+        raise ConfigError("state_failure: expected 'open' or 'closed'")
+    if cfg.state is not None and urlsplit(cfg.state).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"state: expected redis://HOST:PORT/DB, got {cfg.state!r}")
+    for name in ("drain_grace", "drain_timeout"):
+        if not getattr(cfg, name) >= 0:
+            raise ConfigError(f"{name} must not be negative (got {getattr(cfg, name):g})")
     if cfg.ui and not cfg.api_keys:
         raise ConfigError(
             "ui: the operator page needs one of the proxy's own keys (--api-key) to log in "
@@ -729,7 +802,9 @@ def settings_epilog() -> str:
         "An upstream URL may carry options after '#':",
         "  --upstream 'http://127.0.0.1:8080/v1#weight=2,window=32768'",
         "  --upstream 'http://127.0.0.1:8000/v1#model=org/model-8B,name=fast'",
-        "Tenants ([[tenant]] name=… api_key=[…] models=[…]) come from the TOML file only.",
+        "Tenants ([[tenant]] name=… api_key=[…] models=[…] max_concurrent=… rpm=… tpm=…)",
+        "and the default limits ([limits] max_concurrent=… rpm=… tpm=…) come from the TOML",
+        "file only.",
         "SIGHUP re-reads the configuration: upstreams, tenants and api keys change for",
         "new requests; streams in flight finish on the old table.",
     ]

@@ -437,11 +437,15 @@ class Exchange:
         got_data = False
         trace = self.scope.trace
         watch = ReadWatch(self.resp, proxy.cfg.read_timeout)
+        ticket = self.scope.ticket
+        usage_reads = ticket.tail if ticket is not None else None  # a tokens limit
         try:
             async for data in record.reads(BodyReads(self.resp.content)):
                 got_data = True
                 if trace is not None:  # the last reads: the reply's finish and usage
                     trace.read(data)
+                if usage_reads is not None:
+                    usage_reads.append(data)
                 t0 = watch.last = perf()
                 out = session.feed(data)
                 observe(perf() - t0)

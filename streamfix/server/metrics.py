@@ -1,8 +1,12 @@
 """Prometheus metrics of one proxy app.
 
 Each app has its own ``CollectorRegistry`` (two apps in one process, as in
-the tests and the demo, do not share or clash). With ``--workers N`` each
-process counts for itself; scrape each worker, or sum in the query.
+the tests and the demo, do not share or clash). With ``--workers N`` the
+parent sets ``PROMETHEUS_MULTIPROC_DIR`` (``MULTIPROC_ENV``) before it starts
+the workers: each worker's counters go to files there (prometheus_client's
+multiprocess mode), and one scrape of any worker shows the sum over all of
+them. The chunk histogram is the one exception: it is the answering
+worker's own.
 
 Repairs are counted from ``Report.counts`` after each reply, under the
 chain's own keys (``calls.<format>``, ``loop_cut``, ``stripped.<kind>``,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
@@ -52,6 +57,10 @@ CHUNK_BUCKETS = (
     5e-2,
     0.25,
 )
+
+#: Where the workers of ``--workers N`` write their counters (set by the
+#: parent, read by prometheus_client as it is imported).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Slowest reads kept per model (the operator page's p99 names them).
 MAX_SLOW = 20
@@ -293,6 +302,18 @@ class Metrics:
             ["door", "part"],
             registry=r,
         )
+        self.limited = Counter(
+            "streamfix_limited",
+            "Requests refused by a tenant's limit, by tenant and limit (requests, tokens, "
+            "concurrency; state: the shared state was unreachable and limits fail closed).",
+            ["tenant", "limit"],
+            registry=r,
+        )
+        self.state_errors = Counter(
+            "streamfix_state_errors",
+            "Round trips to the shared state (--state) that failed.",
+            registry=r,
+        )
         self.chunk_seconds = ChunkHistograms(
             "streamfix_chunk_seconds",
             "Time streamfix itself spends repairing one upstream read (seconds).",
@@ -319,4 +340,13 @@ class Metrics:
                 self.dropped_parts.labels(door, part).inc(n)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        path = os.environ.get(MULTIPROC_ENV)
+        if not path:
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        every = CollectorRegistry()
+        MultiProcessCollector(every, path)  # type: ignore[no-untyped-call]
+        own = CollectorRegistry()
+        own.register(self.chunk_seconds)
+        return generate_latest(every) + generate_latest(own)

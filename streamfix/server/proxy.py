@@ -49,6 +49,7 @@ from . import record, tracing
 from .config import ConfigError, ServerConfig
 from .metrics import Metrics
 from .reask import AskAgain
+from .state.fleet import Fleet
 from .ui.activity import Activity
 from .upstream.budget import BudgetPolicy
 from .upstream.diagnose import UNKNOWN, RowCheck, check_row
@@ -93,6 +94,10 @@ class Proxy:
             reasoning_reserve=config.reasoning_reserve,
         )
         self.ask = AskAgain(config.max_reasks, self.policy, self.metrics)
+        #: The tenants' limits and the shared state (``state/``).
+        self.fleet = Fleet(config, self.metrics)
+        #: Why the proxy is draining (SIGTERM, ``drain.py``); None: it is not.
+        self.draining: str | None = None
         #: ``--narrow-tools``: each tool set's BM25 index or vectors.
         self.tool_sets = VectorCache()
         # ``connect`` bounds the wait for a pooled connection too: a backstop

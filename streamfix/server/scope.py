@@ -46,6 +46,7 @@ from .upstream.pool import Upstream, UpstreamFailure
 from .upstream.table import NO_TENANT, TABLE, TENANT, Table
 
 if TYPE_CHECKING:
+    from .state.fleet import Ticket
     from .tracing import RequestTrace
 
 log = logging.getLogger("streamfix.proxy")
@@ -85,6 +86,9 @@ class Scope:
     #: The request's OpenTelemetry span (``tracing.py``): None when
     #: traces are off or the endpoint has none.
     trace: RequestTrace | None = None
+    #: The request's place in its tenant's limits and what it tells the
+    #: shared state as it ends (``state.fleet``); None: nothing.
+    ticket: Ticket | None = None
 
     @classmethod
     def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:

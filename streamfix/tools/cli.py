@@ -268,12 +268,17 @@ def _run(
         app.on_startup.insert(0, _WorkerStop().install)
     app.on_startup.append(_reloadable)
     app.on_shutdown.append(_stopping)
+    if not worker:
+        from ..server.drain import on_sigterm
+
+        app.on_startup.append(on_sigterm)  # SIGTERM drains with a grace (server/drain.py)
     web.run_app(
         app,
         host=cfg.host,
         port=cfg.port,
         reuse_port=reuse_port or None,
         print=None,
+        shutdown_timeout=cfg.drain_timeout,
         access_log=logging.getLogger("streamfix.access"),
         handle_signals=not worker,
         **run_options(cfg),
@@ -398,6 +403,13 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
     if not hasattr(__import__("socket"), "SO_REUSEPORT"):
         print("--workers needs SO_REUSEPORT (Linux, BSD, macOS)", file=sys.stderr)
         return 2
+    import tempfile
+
+    from ..server.metrics import MULTIPROC_ENV
+
+    # one scrape sums every worker's counters (server/metrics.py)
+    metrics_dir = tempfile.TemporaryDirectory(prefix="streamfix-metrics-")
+    os.environ.setdefault(MULTIPROC_ENV, metrics_dir.name)
     sup = _Supervisor(cfg, source)
     # The handlers first: starting multiprocessing's resource tracker
     # unblocks SIGTERM and SIGINT behind our back (a stop that came
@@ -415,7 +427,10 @@ def serve(cfg: ServerConfig, source: Callable[[], ServerConfig] | None = None) -
     for _ in range(cfg.workers):
         sup.procs.append(sup.start_one())
     release_signals()  # a signal held until now is handled here, for every worker
-    return sup.watch()
+    try:
+        return sup.watch()
+    finally:
+        metrics_dir.cleanup()
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

@@ -24,6 +24,10 @@ KEPT_ERROR_HEADERS = ("Retry-After", "Allow")
 #: Routes open without a key unless ``protect_status`` is set.
 STATUS_PATHS = frozenset({"/healthz", "/metrics"})
 
+#: Routes always open: an orchestrator's probes carry no key, and they
+#: say no more than whether to send requests.
+HEALTH_PATHS = frozenset({"/livez", "/readyz"})
+
 #: The operator page (``--ui``) checks keys itself: a browser sends a
 #: session cookie, not a bearer key (``server/ui/auth.py``).
 UI_PREFIX = "/ui"
@@ -91,6 +95,8 @@ async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
     page's paths (``--ui``) are left to its own check (``UI_PREFIX``)."""
     path = request.path
     if (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")) and request.app[PROXY].cfg.ui:
+        return await handler(request)
+    if path in HEALTH_PATHS:
         return await handler(request)
     table = request[TABLE]
     status_route = request.path in STATUS_PATHS

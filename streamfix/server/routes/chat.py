@@ -93,11 +93,28 @@ async def serve_chat(
         door.input_estimate = estimate_prompt_tokens(plan.client)
     if plan.tools:
         await proxy.build_matcher(plan.tools)
-    async with proxy.slot():
-        if not stream:
-            return await scope.answer(_whole(scope, plan))
-        client = scope.client(request, door.encoder() if door else None)
-        return await scope.answer(_stream(scope, plan, client), client)
+    ticket = await proxy.fleet.admit(scope.tenant, scope.rows, body.get("model"), _tokens(plan))
+    if isinstance(ticket, web.Response):  # a tenant's limit (state/fleet.py)
+        scope.count(ticket.status)
+        return ticket
+    scope.ticket = ticket
+    try:
+        async with proxy.slot():
+            if not stream:
+                return await scope.answer(_whole(scope, plan))
+            client = scope.client(request, door.encoder() if door else None)
+            return await scope.answer(_stream(scope, plan, client), client)
+    finally:
+        proxy.fleet.finish(ticket)
+
+
+def _tokens(plan: Plan) -> int:
+    """What a request counts against a tokens-per-minute limit as it
+    starts: its prompt's estimate and its ``max_tokens`` (corrected by the
+    reply's usage as it ends)."""
+    body = plan.client
+    out = body.get("max_tokens") or body.get("max_completion_tokens")
+    return estimate_prompt_tokens(body) + (out if isinstance(out, int) else 0)
 
 
 async def _open(scope: Scope, plan: Plan) -> Exchange | None:
@@ -136,6 +153,8 @@ async def _whole(scope: Scope, plan: Plan) -> web.StreamResponse:
             return ex.relayed(raw)
         obj = ex.completion(raw, "a reply that is not a JSON object", choices=False)
         fixed, report = _repaired(ex, obj, plan)
+        if scope.ticket is not None:
+            scope.ticket.usage(obj.get("usage"))
         reason = proxy.ask.again(plan, report, calls_in(fixed), ex.sent)
         if reason is not None:
             log.info("asking %s again: %s", ex.up.name, reason)

@@ -6,7 +6,15 @@ open unless ``protect_status`` (``caller.guards.auth_mw``).
 found it up, or it was not checked yet), ``degraded`` when some cannot,
 ``down`` with HTTP 503 when none can: what a readiness check should see.
 Each row carries its ``state`` (``upstream.diagnose.RowCheck``) and, when
-something is wrong, the ``problem`` in words with its hint."""
+something is wrong, the ``problem`` in words with its hint.
+
+For orchestrators and load balancers: ``GET /livez`` answers 200 while the
+process answers at all (an upstream that is down is no reason to restart
+the proxy); ``GET /readyz`` answers 200 when the proxy should be sent
+requests (a table loaded, not draining, at least one row that can serve)
+and 503 with the ``reason`` otherwise; while the shared state (``--state``)
+is unreachable it says ``degraded`` with a 200 (requests are still
+served, with this process's own facts and limits)."""
 
 from __future__ import annotations
 
@@ -53,6 +61,28 @@ async def healthz(request: web.Request) -> web.Response:
         status=503 if status == "down" else 200,
         dumps=lambda o: orjson.dumps(o).decode(),
     )
+
+
+async def livez(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    proxy = request.app[PROXY]
+    rows = proxy.table.upstreams
+    reason = None
+    if proxy.draining is not None:
+        reason = f"draining ({proxy.draining})"
+    elif not rows:
+        reason = "no upstream row"
+    elif not any(proxy.check_of(u).can_serve for u in rows):
+        reason = "no upstream row can serve"
+    if reason is not None:
+        return web.json_response({"status": "unready", "reason": reason}, status=503)
+    down = proxy.fleet.down
+    if down is not None:
+        return web.json_response({"status": "degraded", "reason": f"shared state: {down}"})
+    return web.json_response({"status": "ready"})
 
 
 async def metrics(request: web.Request) -> web.Response:
