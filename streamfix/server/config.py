@@ -238,6 +238,7 @@ class ServerConfig:
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+    shapes: str | None = None
 
 
 #: Settings other than the upstreams and the API keys, in --help order.
@@ -336,6 +337,13 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "debug, info, warning or error (default info)",
         choices=("debug", "info", "warning", "error"),
+    ),
+    Setting(
+        "shapes",
+        str,
+        "declared call shapes (a TOML file of [shapes.NAME] tables, docs/extending.md); "
+        "re-read on SIGHUP (default none)",
+        "FILE",
     ),
     Setting(
         "record",

@@ -526,6 +526,10 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         cfg = source()
         load_plugins(cfg.formats)
+        if cfg.shapes:
+            from ..shapes import use_shapes
+
+            use_shapes(cfg.shapes)  # a bad file stops the start with its one line
     except (ConfigError, PluginError) as exc:
         serve_parser.error(str(exc))
     if not cfg.upstreams:

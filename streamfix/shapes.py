@@ -1,0 +1,50 @@
+"""A shapes file in effect: ``--shapes FILE.toml`` (``shapes = "…"`` in the
+configuration), registered as one plugin and swapped whole on a reload.
+
+``use_shapes(path)`` compiles the file's declared shapes
+(``formats/declared.py``) and registers them, checked as any plugin is (the
+static rules and the prose check); the file registered before is taken
+back first and put back if the new one is refused, so a bad edit leaves the
+running shapes as they were. ``use_shapes(None)`` takes them back.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from . import plugins  # noqa: F401  (hands register its measured check)
+from .formats import registry
+from .formats.base import Plugin
+from .formats.declared import compile_shapes, load_shapes
+
+_lock = threading.Lock()
+_current: list[Plugin] = []
+
+
+def use_shapes(path: str | Path | None) -> Plugin | None:
+    """Put the shapes of ``path`` in effect in place of the file's before
+    (None: none). Raises ``PluginError`` (``ShapeError``: the file, the
+    shape and the field) and keeps the shapes in effect before."""
+    with _lock:
+        old = _current[0] if _current else None
+        new = None
+        if path is not None:
+            formats = compile_shapes(load_shapes(path))  # raises before anything changes
+        if old is not None:
+            registry.unregister(old)
+        try:
+            if path is not None:
+                new = registry.register(*formats, name=f"shapes:{path}")
+        except BaseException:
+            if old is not None:
+                registry.register(*old.FORMATS, name=old.name, check=False)
+                _current[:] = [next(p for p in registry.registered() if p.name == old.name)]
+            raise
+        _current[:] = [new] if new is not None else []
+        return new
+
+
+def in_effect() -> Plugin | None:
+    """The shapes file's plugin now registered, if any."""
+    return _current[0] if _current else None
