@@ -48,3 +48,26 @@ def use_shapes(path: str | Path | None) -> Plugin | None:
 def in_effect() -> Plugin | None:
     """The shapes file's plugin now registered, if any."""
     return _current[0] if _current else None
+
+
+def add_to_file(path: str | Path, toml: str) -> None:
+    """Append the ``[shapes.…]`` tables of ``toml`` to the shapes file at
+    ``path`` (made if missing), once the whole reads as a shapes file
+    (``ShapeError`` otherwise, and the file is left as it was). Written
+    to a temporary file beside it, then renamed over it."""
+    import os
+    import tomllib
+
+    from .formats.declared import ShapeError, shapes_of
+
+    p = Path(path)
+    old = p.read_text(encoding="utf-8") if p.exists() else ""
+    new = old + ("\n" if old and not old.endswith("\n\n") else "") + toml
+    try:
+        data = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as exc:
+        raise ShapeError(f"{p}: would not be valid TOML: {exc}") from None
+    shapes_of(data, str(p))
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(new, encoding="utf-8")
+    os.replace(tmp, p)

@@ -24,7 +24,7 @@ among them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ..context import Context
 from ..delta import Delta
@@ -71,6 +71,12 @@ def find_missed(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, int, int
     """The first offered tool's name in ``text`` followed within ``NEAR``
     characters by its arguments: ``(name, name_at, args_at, args_end)``,
     else None (see the module docstring for the bounds)."""
+    return next(hits(text, tools), None)
+
+
+def hits(text: str, tools: Mapping[str, ToolSpec]) -> Iterator[tuple[str, int, int, int]]:
+    """Every place ``find_missed`` would accept, tool by tool (``streamfix
+    learn`` reads each as a sample of a shape)."""
     text = text[:MAX_SCAN]
     for n, (name, spec) in enumerate(tools.items()):
         if n >= MAX_NAMES:
@@ -91,9 +97,8 @@ def find_missed(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, int, int
                     if e is not None:
                         v = parse_value(text[k:e])
                         if v is not INVALID and fits(v, spec):
-                            return name, i, k, e
+                            yield name, i, k, e
             i = text.find(name, j)
-    return None
 
 
 class MissedCalls:
