@@ -233,9 +233,12 @@ def shape_toml(shape: Shape) -> str:
 def _json_table(ends: tuple[str, ...]) -> dict[str, list[tuple[str, str]] | Peek]:
     """An end rule for a JSON body closed by ``ends``: an end marker inside
     a JSON string is data (a raw newline cannot be in a string, so a
-    marker after one ends the region even there)."""
+    marker after one ends the region even there). Strings count from the
+    body's first ``{`` on: the head before it (a name, ``name="…"``) is not
+    JSON."""
     closes = [(literal(e), END) for e in ends]
     return {
+        "head": [(literal("{"), "out"), *closes],
         "out": [(literal('"'), "str"), *closes],
         "str": [
             (JSON_ESCAPE, "str"),
@@ -277,11 +280,11 @@ class Declared(Format):
         skip = len(marker)
         if s.around and marker == s.around[0]:
             if s.body in JSON_BODIES:
-                return Structural(skip, "out", _json_table(s.around[1:]))
+                return Structural(skip, "head", _json_table(s.around[1:]))
             return UntilMarker(s.around[1], skip=skip)
         if s.end:
             if s.body in JSON_BODIES:
-                return Structural(skip, "out", _json_table(s.end))
+                return Structural(skip, "head", _json_table(s.end))
             return UntilMarker(*s.end, skip=skip)
         if s.name == "after_marker":
             return Steps(skip, self._header(), Json("{"))

@@ -231,21 +231,37 @@ def _prose_only(marker: str) -> bool:
 def _trim(marker: str, lead: bool) -> str:
     """A marker without the sentence punctuation the text around it lent
     it (``". @@call"``: the period ends the sentence before it)."""
-    while marker and (marker[0] if lead else marker[-1]) in _PUNCT:
-        rest = marker[1:] if lead else marker[:-1]
-        if len(rest) < MIN_MARKER or _prose_only(rest):
-            break
-        marker = rest
-    return marker
+    if len(marker) < 2:
+        return marker
+    edge, next_ = (marker[0], marker[1]) if lead else (marker[-1], marker[-2])
+    if edge not in _PUNCT or next_ == edge:
+        return marker  # a run (``!!``, ``::``) is the marker's own
+    rest = marker[1:] if lead else marker[:-1]
+    return marker if len(rest) < MIN_MARKER or _prose_only(rest) else rest
+
+
+def _markup(token: str) -> bool:
+    """A token with a character prose rarely has (``<``, ``@``, ``=``…)."""
+    return any(not (c.isalnum() or c in _PUNCT) for c in token)
+
+
+def _tokens(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", text)]
 
 
 def start_marker(befores: Sequence[str]) -> tuple[str, bool] | str:
     """The start marker the texts before the name share, and whether it
-    counts only at the reply's start; or why there is none."""
+    counts only at the reply's start; or why there is none. It is the last
+    blank-separated token of the common text, and the markup tokens before
+    it (``<call name="``), not the prose that happens to be shared."""
     common = _common_suffix(befores).rstrip()
     if not common:
         return "the samples share no text before the tool's name"
-    marker = _trim(re.split(r"\s", common)[-1], lead=True)[-MAX_MARKER:]
+    spans = _tokens(common)
+    first = len(spans) - 1
+    while first > 0 and _markup(common[slice(*spans[first - 1])]):
+        first -= 1
+    marker = _trim(common[spans[first][0] :], lead=True)[-MAX_MARKER:]
     if _prose_only(marker):
         return f"the start marker {marker!r} is made of letters and digits only (prose matches it)"
     if len(marker) >= MIN_MARKER:
@@ -260,7 +276,13 @@ def end_marker(afters: Sequence[str]) -> str:
     common = _common_prefix([a.lstrip() for a in afters])
     if not common or common[0].isspace():
         return ""
-    marker = _trim(re.split(r"\s", common)[0], lead=False)[:MAX_MARKER]
+    spans = _tokens(common)
+    last = 0
+    while last + 1 < len(spans) and _markup(common[slice(*spans[last])]):
+        if not _markup(common[slice(*spans[last + 1])]):
+            break
+        last += 1
+    marker = _trim(common[: spans[last][1]], lead=False)[:MAX_MARKER]
     return "" if _prose_only(marker) else marker
 
 
@@ -300,9 +322,6 @@ def infer(
             continue
         marker, at_start = start
         end = end_marker([s.after for s in samples])
-        if sep and _prose_only(sep):
-            out.append((None, samples, f"the separator {sep!r} is letters and digits only"))
-            continue
         sid = _shape_id(marker, taken)
         taken.add(sid)
         shape = Shape(

@@ -76,3 +76,41 @@ def record(
     path = directory / f"20260101T000000.{n:06d}Z-1-{n:06d}-{'+'.join(reasons)}.json"
     path.write_bytes(orjson.dumps(doc))
     return path
+
+
+#: Invented call shapes: each a template of one call (``{name}``,
+#: ``{args}``), three replies to learn from and two held out, each a
+#: (text before, tool, arguments, text after).
+Call = tuple[str, str, dict[str, Any], str]
+
+LEARN: list[Call] = [
+    ("Let me look that up. ", "lookup_order", {"order_id": "A1"}, ""),
+    ("", "create_ticket", {"title": "Printer on fire", "priority": 1}, "\nDone."),
+    ("Sure!\n\n", "lookup_order", {"order_id": "Z-99"}, " I will report back."),
+]
+HELD_OUT: list[Call] = [
+    ("Checking now: ", "create_ticket", {"title": "VPN down"}, ""),
+    ("", "lookup_order", {"order_id": "Q7"}, "\n\nOne moment."),
+]
+
+SHAPES: dict[str, str] = {
+    "at-call": "@@call {name} {args} @@end",
+    "white-brackets": "⟦tool⟧ {name} → {args} ⟦/tool⟧",
+    "percent-invoke": "%%invoke({name}) {args}",
+    "tilde-block": "~~~tool {name}\n{args}\n~~~",
+    "hash-object": '#CALL# {{"name": "{name}", "arguments": {args}}} #END#',
+    "angle-fn": "<<fn:{name}>>{args}<</fn>>",
+    "bang-args": "!!use_tool {name} args={args}!!",
+    "double-bracket": "[[call: {name} | {args}]]",
+    "dollar": "$$fn={name};{args};$$",
+    "caret-pipe": "^^|{name}|^^ {args} ^^|end|^^",
+    "attr-call": '<call name="{name}">{args}</call>',
+    "special-tokens": "<|call_start|>{name}<|args|>{args}<|call_end|>",
+    "word-between": "&tool {name} with {args} &done",
+}
+
+
+def render(template: str, call: Call) -> str:
+    before, name, args, after = call
+    body = template.format(name=name, args=orjson.dumps(args).decode().replace(",", ", "))
+    return before + body + after
