@@ -230,3 +230,39 @@ def test_a_toml_shape_gives_what_its_builtin_gives(case: object) -> None:
     known = KNOWN_DIFFERENT.get(case.toml, set())  # type: ignore[attr-defined]
     assert set(differ) <= known, sorted(set(differ) - known)
     assert len(same) >= 25
+
+
+async def test_the_proxy_loads_shapes_from_its_config_and_reloads_them(tmp_path: Path) -> None:
+    from streamfix.server.app import PROXY, create_app
+    from streamfix.server.config import build_config
+
+    from .support.streamutil import assemble, text_stream
+    from .support.upstream_fake import AppServer, FakeUpstream, Reply
+    from .test_record import post, tools_body
+
+    shapes = write(tmp_path, AT)
+    conf = tmp_path / "streamfix.toml"
+    call = '@@call lookup_order {"order_id": "A1"} @@end'
+    alt = '%%call lookup_order {"order_id": "A1"} %%end'
+    try:
+        async with FakeUpstream() as up:
+            conf.write_text(f'shapes = "{shapes}"\n[[upstream]]\nurl = "{up.url}"\n')
+            source = lambda: build_config({}, {}, str(conf))  # noqa: E731
+            app = create_app(source(), source)
+            async with AppServer(app) as px:
+                up.push(Reply.stream(text_stream([call])))
+                got = assemble((await post(px.url, tools_body()))[1])
+                assert [c["function"]["name"] for c in got.tool_calls] == ["lookup_order"]
+                # the file edited: SIGHUP (reload) takes the new shape
+                shapes.write_text(AT.replace("@@", "%%"))
+                assert app[PROXY].reload()
+                up.push(Reply.stream(text_stream([call])), Reply.stream(text_stream([alt])))
+                assert not assemble((await post(px.url, tools_body()))[1]).tool_calls
+                assert assemble((await post(px.url, tools_body()))[1]).tool_calls
+                # a broken file is refused, the shapes in effect stay
+                shapes.write_text('[shapes.x]\nstart = "%%"\nbody = "json"\n')
+                assert not app[PROXY].reload()
+                up.push(Reply.stream(text_stream([alt])))
+                assert assemble((await post(px.url, tools_body()))[1]).tool_calls
+    finally:
+        use_shapes(None)

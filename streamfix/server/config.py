@@ -342,7 +342,7 @@ SETTINGS: tuple[Setting, ...] = (
         "shapes",
         str,
         "declared call shapes (a TOML file of [shapes.NAME] tables, docs/extending.md); "
-        "re-read on SIGHUP (default none)",
+        "re-read on SIGHUP (default off)",
         "FILE",
     ),
     Setting(

@@ -124,6 +124,10 @@ class MissedCalls:
         self._keep(text)
         return True
 
+    def feed_texts(self, texts: list[str], joined: str) -> int:
+        self._keep(joined)
+        return len(texts)
+
     def feed(self, d: Delta) -> None:
         if d.calls:
             self._calls = True
