@@ -5,11 +5,14 @@ configuration), registered as one plugin and swapped whole on a reload.
 (``formats/declared.py``) and registers them, checked as any plugin is (the
 static rules and the prose check); the file registered before is taken
 back first and put back if the new one is refused, so a bad edit leaves the
-running shapes as they were. ``use_shapes(None)`` takes them back.
+running shapes as they were. ``use_shapes(None)`` takes them back. A file
+that does not exist yet, or is empty, declares none (the page's "add to
+config" and ``streamfix learn --write`` make it).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from .formats import registry
 from .formats.base import Plugin
 from .formats.declared import compile_shapes, load_shapes
 
+log = logging.getLogger("streamfix.shapes")
 _lock = threading.Lock()
 _current: list[Plugin] = []
 
@@ -29,12 +33,16 @@ def use_shapes(path: str | Path | None) -> Plugin | None:
     with _lock:
         old = _current[0] if _current else None
         new = None
+        formats = []
         if path is not None:
-            formats = compile_shapes(load_shapes(path))  # raises before anything changes
+            if Path(path).exists():
+                formats = compile_shapes(load_shapes(path))  # raises before anything changes
+            else:  # to be written (``streamfix learn --write``, the page's "add")
+                log.warning("shapes file %s does not exist (yet): no declared shapes", path)
         if old is not None:
             registry.unregister(old)
         try:
-            if path is not None:
+            if formats:
                 new = registry.register(*formats, name=f"shapes:{path}")
         except BaseException:
             if old is not None:

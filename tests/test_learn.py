@@ -118,3 +118,18 @@ def test_the_command_prints_toml_and_writes_the_shapes_file(
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["learn", str(empty)]) == 1
+
+
+def test_replies_lifted_today_teach_nothing(tmp_path: Path) -> None:
+    from streamfix.shapes import use_shapes
+
+    for call in LEARN:
+        record(tmp_path, render(SHAPES["dollar"], call))
+    (x,) = learn(tmp_path)
+    shapes = tmp_path / "shapes.toml"
+    shapes.write_text(x.toml)
+    try:
+        use_shapes(shapes)
+        assert learn(tmp_path) == []
+    finally:
+        use_shapes(None)

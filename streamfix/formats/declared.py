@@ -168,8 +168,9 @@ def shape_of(sid: str, table: Any, source: str = "") -> Shape:
 
 
 def load_shapes(path: str | Path) -> list[Shape]:
-    """The shapes of a TOML file (``[shapes.NAME]`` tables). ``ShapeError``:
-    one line naming the file, the shape and the field."""
+    """The shapes of a TOML file (``[shapes.NAME]`` tables; none in an
+    empty file). ``ShapeError``: one line naming the file, the shape and
+    the field."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -182,6 +183,8 @@ def load_shapes(path: str | Path) -> list[Shape]:
 
 def shapes_of(data: Mapping[str, Any], source: str) -> list[Shape]:
     """The shapes of a decoded TOML document (see ``load_shapes``)."""
+    if not data:
+        return []  # an empty file (or comments only): no shapes yet
     tables = data.get("shapes")
     if not isinstance(tables, dict) or not tables:
         raise ShapeError(f"{source}: no [shapes.NAME] table")

@@ -348,6 +348,10 @@ def _views(paths: Sequence[Path]) -> dict[Path, tuple[Any, ...] | None]:
     return out
 
 
+def _lifts(view: tuple[Any, ...] | None) -> bool:
+    return view is not None and bool(view[2])  # ``key``'s calls
+
+
 def prove(learned: Learned, directory: Path, baseline: Mapping[Path, Any] | None = None) -> None:
     """Register the shape for the time of the checks (module docstring);
     sets ``learned.rejected``, ``lifted`` and ``changed``."""
@@ -407,8 +411,13 @@ def _checks(
 def learn(directory: Path, min_replies: int = MIN_REPLIES) -> list[Learned]:
     """The shapes the recordings in ``directory`` teach, each proved (see
     the module docstring); rejected ones say why."""
-    replies = [r for r in read_replies(directory) if set(r.reasons) & set(LEARN_FROM)]
     baseline = _views(sorted(directory.glob("*.json")))
+    # A reply today's chain lifts calls from (a shape added since) teaches nothing new.
+    replies = [
+        r
+        for r in read_replies(directory)
+        if set(r.reasons) & set(LEARN_FROM) and not _lifts(baseline.get(r.path))
+    ]
     out: list[Learned] = []
     for shape, samples, _why in infer(replies, min_replies):
         if shape is None:
