@@ -110,3 +110,11 @@ async def test_the_proxy_counts_it_and_records_it_as_missed(tmp_path: Path) -> N
     doc = load(path)
     assert doc["reasons"] == ["missed"]
     assert doc["attempts"][0]["report"]["missed"] == ["Looking. " + call]
+
+
+def test_a_call_written_as_a_json_object_in_any_key_order_counts() -> None:
+    tools = tools_of(CHECK_REQUEST)
+    text = 'x <<<{"arguments": {"city": "Oslo"}, "name": "get_weather"}>>>'
+    hit = find_missed(text, tools)
+    assert hit is not None and text[hit[2] : hit[3]].startswith('{"arguments"')
+    assert find_missed('{"name": "get_weather", "arguments": {"town": "Oslo"}}', tools) is None

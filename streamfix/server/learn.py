@@ -44,17 +44,15 @@ import orjson
 
 from ..errors import PluginError
 from ..formats import registry
-from ..formats.base import call_from_object
 from ..formats.declared import Declared, Shape, shape_toml
 from ..formats.rules import MIN_MARKER
-from ..formats.scan import Balanced
 from ..genuine import GENUINE
 from ..jsoncodec import loads_lenient
 from ..passthrough import CHECK_REQUEST, reply, run, sse_stream
 from ..seen import assemble, seen_of_completion
 from ..spec import ToolSpec, tools_of
 from ..testing import check_passthrough, check_split_invariant
-from ..transforms.missed import NEAR, hits
+from ..transforms.missed import hits
 from .record import FORMAT, decode_bytes
 from .replay import key, replay_file
 
@@ -169,10 +167,8 @@ def samples_of(r: Reply) -> list[Sample]:
     tools = r.tools
     text = r.text
     for name, at, args_at, args_end in hits(text, tools):
-        obj = _enclosing_call(text, name, at)
-        if obj is not None:
-            start, end = obj
-            out.append(Sample(r, name, "json_field", text[:start], "", text[end:]))
+        if args_at < at:  # a JSON object holding the name and the arguments
+            out.append(Sample(r, name, "json_field", text[:args_at], "", text[args_end:]))
         else:
             out.append(
                 Sample(
@@ -185,26 +181,6 @@ def samples_of(r: Reply) -> list[Sample]:
                 )
             )
     return out
-
-
-def _enclosing_call(text: str, name: str, at: int) -> tuple[int, int] | None:
-    """The JSON object around a quoted name at ``at`` that reads as a call
-    to it (``{"name": …, "arguments": …}``): its start and end."""
-    if at == 0 or text[at - 1] != '"':
-        return None
-    lo = max(0, at - NEAR)
-    i = text.rfind("{", lo, at)
-    while i >= 0:
-        end = Balanced(first="{").feed(text[i : i + 8192])
-        if end is not None and end > 0:
-            try:
-                call = call_from_object(orjson.loads(text[i : i + end]))
-            except orjson.JSONDecodeError:
-                call = None
-            if call is not None and call.name == name:
-                return i, i + end
-        i = text.rfind("{", lo, i)
-    return None
 
 
 def _common_suffix(items: Sequence[str]) -> str:
@@ -249,19 +225,28 @@ def _tokens(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in re.finditer(r"\S+", text)]
 
 
+def marker_text(befores: Sequence[str]) -> str:
+    """The start marker's text (not yet judged): the last blank-separated
+    token of what the texts before the name share, with the markup
+    tokens before it."""
+    common = _common_suffix(befores).rstrip()
+    if not common:
+        return ""
+    spans = _tokens(common)
+    first = len(spans) - 1
+    while first > 0 and _markup(common[slice(*spans[first - 1])]):
+        first -= 1
+    return _trim(common[spans[first][0] :], lead=True)[-MAX_MARKER:]
+
+
 def start_marker(befores: Sequence[str]) -> tuple[str, bool] | str:
     """The start marker the texts before the name share, and whether it
     counts only at the reply's start; or why there is none. It is the last
     blank-separated token of the common text, and the markup tokens before
     it (``<call name="``), not the prose that happens to be shared."""
-    common = _common_suffix(befores).rstrip()
-    if not common:
+    marker = marker_text(befores)
+    if not marker:
         return "the samples share no text before the tool's name"
-    spans = _tokens(common)
-    first = len(spans) - 1
-    while first > 0 and _markup(common[slice(*spans[first - 1])]):
-        first -= 1
-    marker = _trim(common[spans[first][0] :], lead=True)[-MAX_MARKER:]
     if _prose_only(marker):
         return f"the start marker {marker!r} is made of letters and digits only (prose matches it)"
     if len(marker) >= MIN_MARKER:
@@ -302,16 +287,29 @@ def infer(
     samples, or None and why not (too few replies, no marker)."""
     if min_replies < 2:
         raise ValueError("a shape is never learned from one reply: min_replies must be >= 2")
-    groups: dict[tuple[str, str, str], list[Sample]] = {}
+    by_way: dict[tuple[str, str], list[Sample]] = {}
     for r in replies:
         for s in samples_of(r):
-            # Shapes told apart by how they name, what stands between name
-            # and arguments, and how the text before the name ends.
-            tail = s.before.rstrip()[-MIN_MARKER:]
-            groups.setdefault((s.mode, s.between.strip(), tail), []).append(s)
+            by_way.setdefault((s.mode, s.between.strip()), []).append(s)
+    # Shapes told apart by how they name, what stands between name and
+    # arguments, and a start marker their texts before the name share: a
+    # sample joins the first cluster it still shares a marker with.
+    groups: list[tuple[str, str, list[Sample]]] = []
+    for (mode, sep), samples in by_way.items():
+        clusters: list[list[Sample]] = []
+        for s in samples:
+            for c in clusters:
+                had = marker_text([x.before for x in c])
+                joined = [*(x.before for x in c), s.before]
+                if marker_text(joined) == had or not isinstance(start_marker(joined), str):
+                    c.append(s)
+                    break
+            else:
+                clusters.append([s])
+        groups.extend((mode, sep, c) for c in clusters)
     taken = {f.name for f in registry.all_formats()}
     out: list[tuple[Shape | None, list[Sample], str | None]] = []
-    for (mode, sep, _), samples in groups.items():
+    for mode, sep, samples in groups:
         n = len({s.reply.path for s in samples})
         if n < min_replies:
             out.append((None, samples, f"{n} reply, {min_replies} needed"))

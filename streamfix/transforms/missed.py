@@ -9,7 +9,8 @@ The unrecognised-markup watch (``transforms/detect.py``) sees only the
 spellings it knows (``<|…|>``, ``<…tool…>``, ``[TOOL_…]``); a shape such as
 ``@@call get_weather {"city": "Paris"} @@end`` leaves it no trace. What
 every shape has in common is the tool's name and its arguments, and the
-request says which those can be.
+request says which those can be. A call written as a JSON object
+(``{"name": "get_weather", "arguments": {…}}``, any key order) counts too.
 
 Cheap by construction: the step only keeps the first ``MAX_SCAN``
 characters of content (one append per chunk, on the text lane), and
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Mapping
 
 from ..context import Context
 from ..delta import Delta
+from ..formats.base import call_from_object
 from ..formats.scan import Balanced
 from ..spec import ToolSpec
 from ..toolargs import INVALID, parse_value
@@ -55,6 +57,14 @@ def _arguments_end(text: str, at: int) -> int | None:
     return None if end is None or end < 0 else at + end
 
 
+def _object(args: object) -> object:
+    """Arguments as a call object holds them: an object, or JSON text of one."""
+    if isinstance(args, str):
+        v = parse_value(args)
+        return None if v is INVALID else v
+    return args
+
+
 def fits(args: object, spec: ToolSpec) -> bool:
     """Whether ``args`` reads as ``spec``'s arguments: an object whose
     keys (at least one) are all its parameters, its required ones too."""
@@ -74,9 +84,33 @@ def find_missed(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, int, int
     return next(hits(text, tools), None)
 
 
+def enclosing_call(text: str, name: str, at: int) -> tuple[int, int] | None:
+    """The JSON object around the quoted name at ``at`` that reads as a
+    call to it (``{"name": …, "arguments": …}`` in any key order): its
+    start and end, looked for at most ``MAX_ARGS`` characters back (at
+    most ``MAX_HITS`` braces tried)."""
+    if at == 0 or text[at - 1] != '"' or text[at + len(name) : at + len(name) + 1] != '"':
+        return None
+    lo = max(0, at - MAX_ARGS)
+    i = text.rfind("{", lo, at)
+    for _ in range(MAX_HITS):
+        if i < 0:
+            return None
+        end = _arguments_end(text, i)
+        if end is not None and end > at:
+            v = parse_value(text[i:end])
+            call = call_from_object(v) if v is not INVALID else None
+            if call is not None and call.name == name:
+                return i, end
+        i = text.rfind("{", lo, i)
+    return None
+
+
 def hits(text: str, tools: Mapping[str, ToolSpec]) -> Iterator[tuple[str, int, int, int]]:
     """Every place ``find_missed`` would accept, tool by tool (``streamfix
-    learn`` reads each as a sample of a shape)."""
+    learn`` reads each as a sample of a shape): ``(name, name_at,
+    args_at, args_end)``, the arguments written after the name, or, for a
+    call written as a JSON object, that object's start and end."""
     text = text[:MAX_SCAN]
     for n, (name, spec) in enumerate(tools.items()):
         if n >= MAX_NAMES:
@@ -91,8 +125,13 @@ def hits(text: str, tools: Mapping[str, ToolSpec]) -> Iterator[tuple[str, int, i
             if (i == 0 or text[i - 1] not in _NAME_CHAR) and (
                 j == len(text) or text[j] not in _NAME_CHAR
             ):
+                obj = enclosing_call(text, name, i)
                 k = text.find("{", j, j + NEAR + 1)
-                if k >= 0:
+                if obj is not None:
+                    call = call_from_object(parse_value(text[obj[0] : obj[1]]))
+                    if call is not None and fits(_object(call.arguments), spec):
+                        yield name, i, obj[0], obj[1]
+                elif k >= 0:
                     e = _arguments_end(text, k)
                     if e is not None:
                         v = parse_value(text[k:e])

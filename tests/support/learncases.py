@@ -107,6 +107,12 @@ SHAPES: dict[str, str] = {
     "attr-call": '<call name="{name}">{args}</call>',
     "special-tokens": "<|call_start|>{name}<|args|>{args}<|call_end|>",
     "word-between": "&tool {name} with {args} &done",
+    "args-first": '<<<{{"arguments": {args}, "name": "{name}"}}>>>',
+    "xml-ish": "<tool>{name}</tool><args>{args}</args>",
+    "colons": "TOOL::{name}::{args}::END",
+    "paren": "{{{{call}}}} {name}({args})",
+    "namespaced": "<|fn|>functions.{name}{args}<|/fn|>",
+    "newline-sep": "=== call {name}\n{args}\n===",
 }
 
 
