@@ -1,6 +1,6 @@
 """In-process cost of the chain, as ratios measured in one run.
 
-    python -m bench.chain [--chunks 20000] [--repeat 5] [--json FILE]
+    python -m bench.chain [--chunks 20000] [--repeat 5] [--json FILE] [--shapes FILE ...]
 
 1. Plain text, no tools: ``fix_sse`` per chunk against a bare
    ``orjson.loads`` + ``orjson.dumps`` of each chunk in the same async loop
@@ -25,6 +25,11 @@ the next token shows they are not.
    and sends it as its own bytes). The two alternate ``--repeat`` times and
    the medians are compared (no target). The output is checked to be the
    input, byte for byte.
+
+``--shapes FILE`` (repeatable) registers the declared shapes of a TOML
+file (``formats/declared.py``; ``examples/shapes/*.toml``) for the whole
+run: their markers join the detector's, so the same figures show what
+declared shapes cost beside the built-ins.
 
 Each case takes the best of ``--repeat`` runs (the least disturbed by the
 rest of the machine); ratios compare runs made moments apart.
@@ -310,7 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument(
+        "--shapes", action="append", default=[], metavar="FILE", help="declared shapes to load"
+    )
     args = ap.parse_args(argv)
+    if args.shapes:
+        from streamfix.formats import register
+        from streamfix.formats.declared import compile_shapes, load_shapes
+
+        for path in args.shapes:
+            register(*compile_shapes(load_shapes(path)), name=f"shapes:{path}")
+        print(f"declared shapes loaded from {len(args.shapes)} file(s)")
     r = run(args.chunks, args.repeat)
     row = "  {:<24s}{:7.2f} us/chunk   ratio {:.2f}  (target <= {})"
     print(f"chain cost over {args.chunks} plain-text chunks (best of {args.repeat})")

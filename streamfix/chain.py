@@ -54,6 +54,7 @@ from .errors import TransformError
 from .transforms.accumulate import Accumulator
 from .transforms.detect import ToolTagDetector
 from .transforms.jsonout import JsonOutput
+from .transforms.missed import MissedCalls
 from .transforms.reasoning import ReasoningSplitter
 from .transforms.repetition import RepetitionCutter
 from .transforms.residue import ResidueStripper
@@ -120,6 +121,8 @@ def build_pipeline(ctx: Context) -> list[Transform]:
             detector.watch_answer(splitter.in_answer)
     if ctx.has_tools and opts.strip:
         steps.append(ResidueStripper(ctx))
+    if ctx.lifts:
+        steps.append(MissedCalls(ctx))
     if ctx.json is not None:
         json_step = JsonOutput(ctx, ctx.json)
         steps.append(json_step)

@@ -104,6 +104,8 @@ class Report:
     #: The reply is empty after repair (no text, no call): ask again.
     empty_after_repair: bool = False
     unrecognised: list[str] = field(default_factory=list)
+    #: Replies that may hold a call nothing lifted (``transforms/missed.py``).
+    missed: list[str] = field(default_factory=list)
     #: The reply carried reasoning (upstream ``reasoning_content`` or a
     #: reasoning markup): the model reasons before answering, so the
     #: proxy gives it a larger output allowance next time.
@@ -123,6 +125,11 @@ class Report:
         self.counts["unrecognised_markup"] += 1
         if len(self.unrecognised) < MAX_SAMPLES:
             self.unrecognised.append(text[:SAMPLE_CHARS])
+
+    def sample_missed(self, text: str) -> None:
+        self.counts["possible_missed_call"] += 1
+        if len(self.missed) < MAX_SAMPLES:
+            self.missed.append(text[:SAMPLE_CHARS])
 
 
 def thinking_switch(request: dict[str, Any]) -> bool | None:

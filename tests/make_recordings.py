@@ -121,6 +121,16 @@ SCENARIOS: dict[str, tuple[list[Reply], dict[str, Any]]] = {
         ],
         _tools(),
     ),
+    "missed-call-unknown-shape": (
+        [
+            Reply.events(
+                text_stream(
+                    ["Let me look. ", "@@call lookup_order ", '{"order_id": "A1"}', " @@end"]
+                )
+            )
+        ],
+        _tools(),
+    ),
     "empty-after-strip-asked-again": (
         [
             Reply.events(text_stream(["<|im_end|>"])),

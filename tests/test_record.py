@@ -123,6 +123,7 @@ CASES = {
     "repair": (Reply.stream(text_stream(TEXT_CALL)), True),
     "loop": (Reply.stream(LOOP), False),
     "unrecognised": (Reply.stream(text_stream(["<tool_call>not a call at all</tool_call>"])), True),
+    "missed": (Reply.stream(text_stream(['@@call lookup_order {"order_id": "A1"} @@end'])), True),
     "empty": (Reply.stream(text_stream(["<|im_end|>"])), True),
     "upstream_error": (Reply.error(500, "overloaded"), True),
 }

@@ -30,7 +30,7 @@ def run_cli(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 def test_the_recordings_cover_every_reason_and_the_real_model() -> None:
     reasons = {r for p in RECORDINGS for r in json.loads(p.read_text())["reasons"]}
-    assert reasons == {"repair", "unrecognised", "loop", "empty", "upstream_error"}
+    assert reasons == {"repair", "unrecognised", "missed", "loop", "empty", "upstream_error"}
     names = {p.stem for p in RECORDINGS}
     assert set(SCENARIOS) <= names
     assert {"smollm2-text-call", "smollm2-loop"} <= names

@@ -218,7 +218,7 @@ class ServerConfig:
     log_level: str = "info"
     # recordings (streamfix.server.record)
     record: str | None = None
-    record_on: str = "repair,unrecognised,loop,empty,upstream_error"
+    record_on: str = "repair,unrecognised,missed,loop,empty,upstream_error"
     record_max_files: int = 1000
     record_max_bytes: int = 256 * 1024 * 1024
     record_sample: float = 1.0
@@ -238,6 +238,7 @@ class ServerConfig:
     # plugins (streamfix.plugins)
     transforms: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+    shapes: str | None = None
 
 
 #: Settings other than the upstreams and the API keys, in --help order.
@@ -338,6 +339,13 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("debug", "info", "warning", "error"),
     ),
     Setting(
+        "shapes",
+        str,
+        "declared call shapes (a TOML file of [shapes.NAME] tables, docs/extending.md); "
+        "re-read on SIGHUP (default off)",
+        "FILE",
+    ),
+    Setting(
         "record",
         str,
         "write one file per reply that needed streamfix into DIR; replay them with "
@@ -348,7 +356,7 @@ SETTINGS: tuple[Setting, ...] = (
         "record_on",
         str,
         "which replies are recorded, comma separated "
-        "(default repair,unrecognised,loop,empty,upstream_error)",
+        "(default repair,unrecognised,missed,loop,empty,upstream_error)",
         "REASONS",
     ),
     Setting("record_max_files", int, "most recordings kept, oldest removed (default 1000)", "N"),
@@ -429,7 +437,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 #: What ``--record-on`` may name (``streamfix.server.record`` decides each).
-RECORD_REASONS = ("repair", "unrecognised", "loop", "empty", "upstream_error")
+RECORD_REASONS = ("repair", "unrecognised", "missed", "loop", "empty", "upstream_error")
 
 
 class ConfigError(ValueError):

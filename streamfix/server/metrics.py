@@ -236,6 +236,12 @@ class Metrics:
             "Replies with markup that looked like a call but matched no known format.",
             registry=r,
         )
+        self.missed_calls = Counter(
+            "streamfix_possible_missed_calls",
+            "Replies from which nothing was lifted that name an offered tool followed by "
+            "its arguments (a call shape streamfix may not know; recorded as 'missed').",
+            registry=r,
+        )
         self.reasks = Counter(
             "streamfix_reasks",
             "Requests asked again upstream, by reason.",
@@ -327,6 +333,8 @@ class Metrics:
                 self.repairs.labels(kind).inc(n)
                 if kind == "unrecognised_markup":
                     self.unrecognised.inc(n)
+                elif kind == "possible_missed_call":
+                    self.missed_calls.inc(n)
 
     def count_trim(self, upstream: str, info: Mapping[str, Any]) -> None:
         """A prompt was trimmed to fit ``upstream``'s window: counted and

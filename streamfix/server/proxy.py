@@ -42,7 +42,9 @@ import orjson
 from aiohttp import web
 
 from ..context import Report
+from ..errors import PluginError
 from ..narrow import VectorCache
+from ..shapes import use_shapes
 from ..spec import ToolSpec
 from ..transforms.detect import matcher_for
 from . import record, tracing
@@ -74,7 +76,7 @@ EMBED_PROBE_BYTES = 1024 * 1024
 ConfigSource = Callable[[], ServerConfig]
 
 #: Settings a reload applies; any other that changed waits for a restart.
-RELOADED = frozenset({"upstreams", "tenants", "api_keys", "protect_status"})
+RELOADED = frozenset({"upstreams", "tenants", "api_keys", "protect_status", "shapes"})
 
 
 class Proxy:
@@ -83,6 +85,8 @@ class Proxy:
     def __init__(self, config: ServerConfig, source: ConfigSource | None = None) -> None:
         self.cfg = config
         self.table = Table(config)
+        if config.shapes:
+            use_shapes(config.shapes)
         self.source = source
         self.metrics = Metrics()
         #: The operator page's last hour (``--ui``; None: not kept).
@@ -253,7 +257,8 @@ class Proxy:
         try:
             cfg = self.source()
             table = Table(cfg, previous=self.table)
-        except (ConfigError, ValueError, OSError) as exc:
+            use_shapes(cfg.shapes)
+        except (ConfigError, ValueError, OSError, PluginError) as exc:
             log.error("reload refused, the running configuration stays: %s", exc)
             self.metrics.reloads.labels("refused").inc()
             return False

@@ -170,7 +170,9 @@ MIN_SECRET = 4
 
 #: Report counts that are not repairs: a structured call passed on, and
 #: the counts that have reasons of their own.
-_NOT_REPAIRS = frozenset({"calls.structured", "unrecognised_markup", "loop_cut"})
+_NOT_REPAIRS = frozenset(
+    {"calls.structured", "unrecognised_markup", "possible_missed_call", "loop_cut"}
+)
 
 
 class RecordedAttempt:
@@ -296,6 +298,8 @@ class Take:
                 found.add("repair")
             if rep.counts.get("unrecognised_markup"):
                 found.add("unrecognised")
+            if rep.counts.get("possible_missed_call"):
+                found.add("missed")
             if rep.cut is not None:
                 found.add("loop")
             if rep.empty_after_repair:
@@ -514,6 +518,7 @@ def report_dict(rep: Report | None) -> dict[str, Any] | None:
         "empty_after_repair": rep.empty_after_repair,
         "reasoning": rep.reasoning,
         "unrecognised": list(rep.unrecognised),
+        "missed": list(rep.missed),
         "json_invalid": rep.json_invalid,
     }
 

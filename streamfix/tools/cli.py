@@ -1,5 +1,6 @@
 """The ``streamfix`` command: ``serve`` (the proxy), ``demo``, ``replay``,
-``probe``, ``model`` (the bundled small model on a port, ``tools/model.py``).
+``probe``, ``learn`` (a call shape from recordings, ``tools/learn.py``),
+``model`` (the bundled small model on a port, ``tools/model.py``).
 
 Before ``serve`` starts, what would fail at once is checked and said in
 one line each, exit status 2 (``start_problems``): the port in use, a
@@ -152,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay.add_parser(sub)
     probe.add_parser(sub)
+    from . import learn
+
+    learn.add_parser(sub)
     from . import model
 
     model.add_parser(sub)
@@ -515,6 +519,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "replay":
             return replay.run(args, sys.stdout)
         return probe.run(args, sys.stdout)
+    if args.command == "learn":
+        from .learn import run as run_learn
+
+        return run_learn(args, sys.stdout, sys.stderr)
     if args.command == "model":
         from .model import run_model
 
@@ -526,6 +534,10 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         cfg = source()
         load_plugins(cfg.formats)
+        if cfg.shapes:
+            from ..shapes import use_shapes
+
+            use_shapes(cfg.shapes)  # a bad file stops the start with its one line
     except (ConfigError, PluginError) as exc:
         serve_parser.error(str(exc))
     if not cfg.upstreams:

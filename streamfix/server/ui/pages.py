@@ -27,6 +27,7 @@ VIEWS = (
     ("models", "/ui", "Models"),
     ("recordings", "/ui/recordings", "Recordings"),
     ("unrecognised", "/ui/unrecognised", "Unrecognised markup"),
+    ("shapes", "/ui/shapes", "Learned shapes"),
     ("config", "/ui/config", "Config"),
 )
 

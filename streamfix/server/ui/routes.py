@@ -2,9 +2,10 @@
 ``add_ui`` into the proxy's app (``server/app.py``).
 
 ``GET /ui`` (models), ``/ui/recordings`` (``?model=&tenant=&reason=``),
-``/ui/recordings/{name}``, ``/ui/unrecognised``, ``/ui/config``,
+``/ui/recordings/{name}``, ``/ui/unrecognised``, ``/ui/shapes`` (learned
+shapes, ``learned.py``), ``/ui/config``,
 ``/ui/probe/{row}``, ``/ui/slow/{row}`` (a model's slowest reads and their
-requests); ``POST /ui/login``, ``/ui/logout``, ``/ui/reload``,
+requests); ``POST /ui/login``, ``/ui/logout``, ``/ui/reload``, ``/ui/shapes/add``,
 ``/ui/probe/{row}``; ``GET /ui/static/ui.css|ui.js`` (package data, the
 only script and style the page's CSP allows). Who may see what and how a
 browser logs in: ``auth.py``. The proxy's key check (``caller.guards.auth_mw``)
@@ -19,20 +20,26 @@ table in force, what was probed and learned of each row, the metrics
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from pathlib import Path
 from typing import Final, TypeVar
 
 from aiohttp import web
 
+from ...errors import PluginError
+from ...shapes import add_to_file, use_shapes
 from ..config import RECORD_REASONS, TenantConfig
+from ..learn import learn
 from ..proxy import PROXY, Proxy
 from ..upstream.pool import Upstream
 from ..upstream.table import ANY_MODEL, TABLE
 from . import auth, pages
 from .html import Markup, tag
+from .learned import learned_view
 from .pages import ModelRow
 from .probes import Probes
 from .recordings import NAME, Index, sides
@@ -53,6 +60,9 @@ DONE: Final = {
     "refused": "Reload refused: the configuration did not load; the old table stays "
     "(see the proxy's log).",
     "busy": "A probe is already running; wait for it to end.",
+    "added": "Shape added to the shapes file and reloaded: it lifts calls in new replies.",
+    "not_added": "Shape not added: it is no longer offered, or the shapes file or the reload "
+    "refused it (see the proxy's log).",
 }
 
 
@@ -77,6 +87,8 @@ Handler = Callable[[web.Request, auth.Session], Awaitable[web.StreamResponse]]
 
 
 R = TypeVar("R", bound=web.StreamResponse)
+
+log = logging.getLogger("streamfix.ui")
 
 
 def _secured(resp: R) -> R:
@@ -328,6 +340,41 @@ async def config_page(request: web.Request, session: auth.Session) -> web.Stream
     return html(pages.page("Config in force", "config", body, session.csrf, _status_line(request)))
 
 
+async def shapes_page(request: web.Request, session: auth.Session) -> web.StreamResponse:
+    cfg = request.app[PROXY].cfg
+    found = await asyncio.to_thread(learn, Path(cfg.record)) if cfg.record else None
+    body = learned_view(found, session.csrf, cfg.shapes, cfg.record is not None)
+    return html(pages.page("Learned shapes", "shapes", body, session.csrf, _status_line(request)))
+
+
+async def shape_add(request: web.Request, session: auth.Session) -> web.StreamResponse:
+    """Learn again (the recordings may have changed since the page was
+    shown), append the shape named to the ``--shapes`` file, reload."""
+    proxy = request.app[PROXY]
+    wanted = (await request.post()).get("shape")
+    cfg = proxy.cfg
+
+    def add() -> bool:
+        if not (cfg.record and cfg.shapes):
+            return False
+        found = learn(Path(cfg.record))
+        pick = next((x for x in found if x.shape.id == wanted and x.rejected is None), None)
+        if pick is None:
+            return False
+        try:
+            add_to_file(cfg.shapes, pick.toml)
+            if proxy.source is None:
+                use_shapes(cfg.shapes)
+                return True
+        except PluginError as exc:
+            log.warning("shape %s not added: %s", wanted, exc)
+            return False
+        return proxy.reload()
+
+    ok = await asyncio.to_thread(add)
+    return see_other(PREFIX + "/shapes?done=" + ("added" if ok else "not_added"))
+
+
 async def reload(request: web.Request, session: auth.Session) -> web.StreamResponse:
     """The same as SIGHUP (``Proxy.reload``), run in a thread: it reads
     the configuration file."""
@@ -404,6 +451,8 @@ def add_ui(app: web.Application, proxy: Proxy) -> None:
     r.add_get(PREFIX + "/unrecognised", guarded(unrecognised_page))
     r.add_get(PREFIX + "/config", guarded(config_page))
     r.add_post(PREFIX + "/reload", guarded(reload, post=True))
+    r.add_get(PREFIX + "/shapes", guarded(shapes_page))
+    r.add_post(PREFIX + "/shapes/add", guarded(shape_add, post=True))
     r.add_get(PREFIX + "/probe/{row}", guarded(probe_page))
     r.add_post(PREFIX + "/probe/{row}", guarded(probe_start, post=True))
     r.add_get(PREFIX + "/slow/{row}", guarded(slow_page))
