@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from . import jsoncodec
+
 #: Deepest value checked against a schema (levels of arrays and objects).
 #: jsonschema spends about four frames per level of a recursive schema;
 #: 100 levels leave room under Python's limit of 1,000 wherever the check
@@ -195,32 +197,11 @@ def _compile(schema: dict[str, Any]) -> Any:
     return cls(schema, registry=registry)
 
 
-def depth(value: Any, limit: int) -> int:
-    """How deep ``value`` nests (arrays and objects), counted up to
-    ``limit + 1`` (iterative: any depth is safe to measure)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            items: Any = v.values()
-        elif isinstance(v, list):
-            items = v
-        else:
-            continue
-        if d > deepest:
-            deepest = d
-            if deepest > limit:
-                return deepest
-        stack.extend((x, d + 1) for x in items if isinstance(x, dict | list))
-    return deepest
-
-
 def errors(validator: Any, value: Any) -> str | None:
     """Why ``value`` does not validate, in a sentence; None when it does.
     A value nested deeper than ``MAX_CHECK_DEPTH`` is not checked: the
     reason says so."""
-    if depth(value, MAX_CHECK_DEPTH) > MAX_CHECK_DEPTH:
+    if jsoncodec.too_deep(value, MAX_CHECK_DEPTH):
         return f"nested deeper than {MAX_CHECK_DEPTH} levels: not checked against the schema"
     from referencing.exceptions import Unresolvable
 
@@ -243,4 +224,4 @@ def check(schema: Any) -> None:
         compile_schema(schema)
 
 
-__all__ = ["MAX_CHECK_DEPTH", "SchemaRefused", "check", "compile_schema", "depth", "errors"]
+__all__ = ["MAX_CHECK_DEPTH", "SchemaRefused", "check", "compile_schema", "errors"]
