@@ -31,6 +31,7 @@ Each is replaced by ``[redacted]``.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -57,6 +58,12 @@ def _spellings(byte: int) -> bytes:
     return b"(?:" + b"|".join(alts) + b")"
 
 
+def _html(key: bytes) -> bytes:
+    return html.escape(key.decode("utf-8", "surrogateescape"), quote=True).encode(
+        "utf-8", "surrogateescape"
+    )
+
+
 def _begins(key: bytes) -> bytes:
     """A pattern for three or more of ``key``'s first bytes that end a JSON
     string (``"…sk-zq7"``)."""
@@ -75,9 +82,12 @@ class Secrets:
     def __init__(self, keys: Sequence[bytes]) -> None:
         #: The keys, longest first.
         self.whole = sorted(set(keys), key=len, reverse=True)
-        #: And each less its first one or two bytes (a key split after them,
+        #: And each as HTML escapes it (``&amp;``, ``&lt;``, ``&quot;``…: a
+        #: page escaped after it was redacted is redacted again), and less
+        #: its first one or two bytes (a key split after them,
         #: ``StreamScrub``: a held event ends with three or more).
-        self.keys = self.whole + [k[i:] for i in (1, 2) for k in self.whole if len(k) > 8]
+        self.keys = self.whole + [e for e in map(_html, self.whole) if e not in self.whole]
+        self.keys += [k[i:] for i in (1, 2) for k in self.whole if len(k) > 8]
         self.longest = max((len(k) for k in self.whole), default=0)
         self._firsts = sorted({k[:1] for k in self.whole})
         self._escaped = (
