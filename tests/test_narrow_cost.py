@@ -3,8 +3,8 @@ defect 5): the index of a set over ``narrow.INLINE_TOOLS`` tools is made,
 and the turn scored, on the ranker's own thread; the set is kept (by a
 hash of the tools as sent), and the ranking is the same as on the loop.
 
-The proxy is the real app on loopback; the loop's responsiveness is
-watched by a task that sleeps 5 ms at a time and notes the longest gap.
+The proxy is the real app on loopback; where each index is made is
+watched (the thread's name).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import io
 import random
 import string
 import threading
-import time
 from typing import Any
 
 import aiohttp
@@ -68,20 +67,8 @@ async def post(root: str, body: dict[str, Any]) -> dict[str, Any]:
         return out
 
 
-async def longest_gap(stop: asyncio.Event) -> float:
-    worst = 0.0
-    while not stop.is_set():
-        t = time.perf_counter()
-        await asyncio.sleep(0.005)
-        worst = max(worst, time.perf_counter() - t - 0.005)
-    return worst
-
-
 async def test_large_new_tool_sets_are_ranked_off_the_loop() -> None:
     sets = [big_tools(seed) for seed in range(4)]
-    t = time.perf_counter()
-    narrow.LexicalIndex(big_tools(99))
-    one_ranking = time.perf_counter() - t  # what each set would hold the loop for
     threads: set[str] = set()
     real = narrow.LexicalIndex.__init__
 
@@ -93,9 +80,6 @@ async def test_large_new_tool_sets_are_ranked_off_the_loop() -> None:
         up.default = Reply.json(completion("done"))
         narrow.LexicalIndex.__init__ = spy  # type: ignore[method-assign]
         try:
-            stop = asyncio.Event()
-            watch = asyncio.create_task(longest_gap(stop))
-            await asyncio.sleep(0.05)
             hostile = [
                 post(
                     px.root,
@@ -105,17 +89,15 @@ async def test_large_new_tool_sets_are_ranked_off_the_loop() -> None:
             ]
             plain = post(px.root, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
             got = await asyncio.gather(plain, *hostile)
-            stop.set()
-            gap = await watch
         finally:
             narrow.LexicalIndex.__init__ = real  # type: ignore[method-assign]
     assert all(g["choices"][0]["message"]["content"] == "done" for g in got)
     assert len(up.chat_requests) >= 5
-    assert threads and all(name.startswith("streamfix-narrow") for name in threads)
-    # Ranked on the loop, each set holds it for ``one_ranking`` (0.5-1.5 s
-    # on a loaded two-core machine); off it, what is left is the rest of the
-    # proxy's work on a 900 KB body.
-    assert gap < one_ranking, (gap, one_ranking)
+    # Every index was made on the ranker's thread, none on the loop's (where
+    # each of these sets held every client for 0.5-1.5 s on a loaded
+    # two-core machine). What other clients feel is measured, not asserted
+    # here: ``python -m bench.hostile``.
+    assert len(threads) == 1 and threads.pop().startswith("streamfix-narrow")
 
 
 async def test_the_thread_ranks_as_the_loop_does_and_keeps_the_set() -> None:
