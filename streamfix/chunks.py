@@ -81,7 +81,7 @@ def decode_view(payload: bytes) -> ChunkView:
         return _decode(payload)
     except msgspec.ValidationError:
         pass
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # a frame nested ~1,000 deep
         try:
             obj = jsoncodec.loads_lenient(payload)
         except orjson.JSONDecodeError:

@@ -25,13 +25,74 @@ import orjson
 _decode = msgspec.json.decode
 
 
+#: Deepest value read (levels of arrays and objects): what orjson writes.
+#: A model's reply or call arguments nested deeper are not a value to the
+#: chain (``loads`` refuses them, as it refuses bad syntax): the text is
+#: passed on as it came, or with the invalid note, never a
+#: ``RecursionError`` in the Python that walks values. Real values nest a
+#: few levels.
+MAX_DEPTH = 255
+
+
 def loads(data: bytes | str) -> Any:
-    """Strict JSON, integers of any size exact. Raises
-    ``orjson.JSONDecodeError`` (a ``ValueError``) like ``orjson.loads``."""
+    """Strict JSON, integers of any size exact, nested at most
+    ``MAX_DEPTH`` levels. Raises ``orjson.JSONDecodeError`` (a
+    ``ValueError``) like ``orjson.loads``."""
     try:
-        return _decode(data)
+        value = _decode(data)
     except msgspec.DecodeError as exc:
         raise orjson.JSONDecodeError(str(exc), "", 0) from None
+    except RecursionError:  # msgspec's own limit (about 1,000 levels)
+        raise _too_deep() from None
+    if _brackets(data) > MAX_DEPTH and too_deep(value, MAX_DEPTH):
+        raise _too_deep()
+    return value
+
+
+def _too_deep() -> orjson.JSONDecodeError:
+    return orjson.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0)
+
+
+def _brackets(data: bytes | str) -> int:
+    """Opening brackets in ``data``: as deep as ``MAX_DEPTH`` takes as many
+    (two passes in C; most values stop here)."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def depth(value: Any, limit: int) -> int:
+    """How deep ``value`` nests (arrays and objects), counted up to
+    ``limit + 1``; iterative, so any depth is safe to measure."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            items: Any = v.values()
+        elif isinstance(v, list | tuple):
+            items = v
+        else:
+            continue
+        if d > deepest:
+            deepest = d
+            if deepest > limit:
+                return deepest
+        stack.extend((x, d + 1) for x in items if isinstance(x, dict | list | tuple))
+    return deepest
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests deeper than ``limit`` levels (up to 255:
+    orjson's writer answers in C first)."""
+    if limit >= MAX_DEPTH:
+        try:
+            orjson.dumps(value)
+            return False
+        except TypeError as exc:
+            if str(exc) == "Recursion limit reached":
+                return True
+    return depth(value, limit) > limit
 
 
 def loads_lenient(data: bytes | str) -> Any:
@@ -43,7 +104,7 @@ def loads_lenient(data: bytes | str) -> Any:
     (``dumps`` escapes them again). Raises ``orjson.JSONDecodeError``."""
     try:
         return _decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         pass
     try:
         return json.loads(data, parse_constant=_verbatim, parse_float=_float)

@@ -66,6 +66,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .context import Context
 from .delta import Delta
 
@@ -427,6 +429,47 @@ def decide(
     return Decision(n, chosen + extra, scores={names[i]: round(rel[i], 3) for i in order[:keep]})
 
 
+#: Offered tools ranked on the caller's thread at most: a larger set is
+#: indexed and scored off the event loop (``server/narrowing.py``).
+INLINE_TOOLS = 32
+
+
+class LexicalIndex(Bm25):
+    """A tool set's BM25 index and its tools' names, made once per set
+    (kept in a ``VectorCache``)."""
+
+    __slots__ = ("tool_names",)
+
+    def __init__(self, tools: Sequence[Any]) -> None:
+        fns = [fn for fn in map(_function, tools) if fn is not None]
+        self.tool_names = [fn["name"] for fn in fns]
+        super().__init__([tool_text(fn) for fn in fns], self.tool_names)
+
+    @staticmethod
+    def key(tools: Sequence[Any]) -> tuple[str, str]:
+        """The set's cache key: a hash of the tools as sent (one pass in C,
+        so a set seen before costs nothing to find)."""
+        try:
+            raw = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            raw = repr(tools).encode("utf-8", "surrogatepass")
+        return "bm25", hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+    def rank(self, turn: str, asked: str | None = None) -> tuple[list[str], list[float]]:
+        return self.tool_names, self.scores(query_terms(turn, asked))
+
+
+def lexical_index(tools: Sequence[Any], cache: VectorCache | None = None) -> LexicalIndex:
+    """``tools``' index, from ``cache`` when the set was seen before."""
+    key = LexicalIndex.key(tools)
+    index = cache.get(key) if cache is not None else None
+    if not isinstance(index, LexicalIndex):
+        index = LexicalIndex(tools)
+        if cache is not None:
+            cache.put(key, index)
+    return index
+
+
 def rank_lexical(
     tools: Sequence[Any], turn: str, cache: VectorCache | None = None, asked: str | None = None
 ) -> tuple[list[str], list[float]]:
@@ -434,15 +477,7 @@ def rank_lexical(
     (``query_terms``: ``asked``, the user's message, is whose verbs are
     expanded); the index of a tool set seen before is taken from
     ``cache``."""
-    fns = [fn for fn in map(_function, tools) if fn is not None]
-    texts = [tool_text(fn) for fn in fns]
-    key = VectorCache.key("", texts)
-    index = cache.get(key) if cache is not None else None
-    if not isinstance(index, Bm25):
-        index = Bm25(texts, [fn["name"] for fn in fns])
-        if cache is not None:
-            cache.put(key, index)
-    return [fn["name"] for fn in fns], index.scores(query_terms(turn, asked))
+    return lexical_index(tools, cache).rank(turn, asked)
 
 
 class NarrowNote:

@@ -54,6 +54,35 @@ def parse_value(text: str) -> Any:
     return value
 
 
+def too_deep(text: str) -> bool:
+    """Whether ``text`` nests deeper than the chain reads
+    (``jsoncodec.MAX_DEPTH``): arguments that are then passed on as they
+    came, never parsed, repaired or coerced."""
+    if text.count("[") + text.count("{") <= jsoncodec.MAX_DEPTH:
+        return False
+    level = deepest = 0
+    quoted = escaped = False
+    for ch in text:  # bracket depth outside strings
+        if quoted:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "[{":
+            level += 1
+            if level > deepest:
+                deepest = level
+                if deepest > jsoncodec.MAX_DEPTH:
+                    return True
+        elif ch in "]}":
+            level -= 1
+    return False
+
+
 def parse_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     """The arguments object in ``text``, and whether a repair was needed.
 

@@ -43,6 +43,7 @@ from .routes.embeddings import embeddings
 from .routes.misroute import wrong_base_mw
 from .routes.models import models
 from .routes.status import healthz, livez, metrics, readyz
+from .upstream.table import TABLE
 
 #: aiohttp's keep-alive timeout when ``client_timeout`` allows more (its
 #: ``web.run_app`` default): an idle kept-alive connection is closed then.
@@ -71,6 +72,23 @@ def run_options(config: ServerConfig) -> dict[str, Any]:
     }
 
 
+async def redact_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Upstream keys out of every header the proxy writes, whoever wrote
+    it (a relayed upstream header, a relayed error's, the proxy's own
+    answer): the last moment before the headers leave."""
+    table = request.get(TABLE)
+    redact = table.redact if table is not None else None
+    if not redact:
+        return
+    headers = response.headers
+    if all(redact.text(v) is v for v in headers.values()):
+        return
+    kept = [(k, redact.text(v)) for k, v in headers.items()]
+    headers.clear()
+    for k, v in kept:
+        headers.add(k, v)
+
+
 def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.Application:
     """The proxy as an aiohttp application. Run it with ``run_options``
     (``web.run_app`` / ``AppRunner`` keywords): ``handler_cancellation=True``
@@ -87,6 +105,7 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app[PROXY] = proxy
     app.cleanup_ctx.append(proxy.lifecycle)
     app.cleanup_ctx.append(proxy.fleet.lifecycle)
+    app.on_response_prepare.append(redact_headers)
     recorder = record.Recorder.of(config, proxy.metrics)
 
     def recorded(handler: Handler) -> Handler:

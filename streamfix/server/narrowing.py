@@ -21,7 +21,9 @@ is final (``reask.AskAgain.settle``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -70,14 +72,38 @@ async def decide(scope: Scope, body: dict[str, Any]) -> narrow.Decision | None:
     if model is not None and turn.strip():
         scores = await _embedded_scores(scope, model, tools, turn)
     if scores is None:
-        names, scores = narrow.rank_lexical(
-            tools, turn, scope.proxy.tool_sets, narrow.asked_text(messages)
-        )
+        names, scores = await _rank_lexical(scope, tools, turn, narrow.asked_text(messages))
     d = narrow.decide(names, scores, narrow.called_before(messages))
     d.after_result = narrow.follows_result(messages)
     if not d.narrowed:
         metrics.narrowed.labels(d.outcome).inc()
     return _traced(scope, d)
+
+
+#: The one thread that ranks large tool sets: off the event loop, and one
+#: at a time, so the loop competes for the interpreter with one thread
+#: only (it gets it back within the switch interval, 5 ms) however many
+#: large new sets arrive at once.
+_RANKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamfix-narrow")
+
+
+async def _rank_lexical(
+    scope: Scope, tools: list[Any], turn: str, asked: str
+) -> tuple[list[str], list[float]]:
+    """``narrow.rank_lexical``; for more than ``narrow.INLINE_TOOLS`` tools
+    the index is made (once per set: ``proxy.tool_sets``) and the turn
+    scored on ``_RANKER``, so a request offering 500 new tools costs the
+    loop a hash of its tools, not the ranking."""
+    cache = scope.proxy.tool_sets
+    if len(tools) <= narrow.INLINE_TOOLS:
+        return narrow.rank_lexical(tools, turn, cache, asked)
+    loop = asyncio.get_running_loop()
+    key = narrow.LexicalIndex.key(tools)
+    index = cache.get(key)
+    if not isinstance(index, narrow.LexicalIndex):
+        index = await loop.run_in_executor(_RANKER, narrow.LexicalIndex, tools)
+        cache.put(key, index)  # on the loop: the cache is the loop's alone
+    return await loop.run_in_executor(_RANKER, index.rank, turn, asked)
 
 
 def _traced(scope: Scope, d: narrow.Decision) -> narrow.Decision:

@@ -19,7 +19,7 @@ from ..chunks import ToolCallDelta
 from ..context import Context
 from ..delta import Delta, ToolCall, new_call_id
 from ..formats.base import resolve_name
-from ..toolargs import coerce, dumps, looks_truncated, parse_object
+from ..toolargs import coerce, dumps, looks_truncated, parse_object, too_deep
 
 
 class _Pending:
@@ -137,7 +137,10 @@ class Accumulator:
                 continue
             text = "".join(call.args)
             args, repaired = parse_object(text)
-            if args is None:
+            # Nested deeper than the chain reads (``jsoncodec.MAX_DEPTH``): the
+            # upstream's own arguments, passed on as it sent them.
+            deep = args is None and too_deep(text)
+            if args is None and not deep:
                 if looks_truncated(text) or d.finish_reason == "length":
                     truncated = True
                     report.count("dropped_call.truncated")
@@ -153,6 +156,12 @@ class Accumulator:
                     report.count("dropped_call.unoffered")
                     continue
                 call.name = resolved
+            if deep:
+                report.count("deep_arguments")
+                d.add_call(ToolCall(call.name, text, call.id or new_call_id()))
+                emitted += 1
+                continue
+            assert args is not None
             spec = tools.get(call.name)
             if spec is not None:
                 args, converted = coerce(args, spec.parameters)

@@ -24,6 +24,7 @@ from multidict import CIMultiDict
 
 from ...wire import Encoder
 from .. import record
+from ..upstream.secrets import Secrets, StreamScrub
 
 #: Repaired bytes held back while a re-ask is still possible. A reply
 #: whose held part grows past this is committed (streamed as is): holding
@@ -91,6 +92,24 @@ class ClientGone(Exception):
     """Writing to the client failed: it went away."""
 
 
+class _Response(web.StreamResponse):
+    """The stream's response: at its end, the bytes kept back in case they
+    began a key (``ClientStream.scrub``) go out, redacted."""
+
+    def __init__(self, stream: ClientStream) -> None:
+        super().__init__(status=200)
+        self._stream = stream
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        stream = self._stream
+        rest = stream.scrub.close() if stream.scrub is not None else b""
+        if rest:
+            if stream.encoder is not None:
+                rest = stream.encoder.feed(rest)
+            data = rest + data
+        await super().write_eof(data)
+
+
 class ClientStream:
     """The streamed response to the client, with a hold-back buffer."""
 
@@ -106,6 +125,7 @@ class ClientStream:
         "rename",
         "request",
         "resp",
+        "scrub",
     )
 
     def __init__(
@@ -127,6 +147,9 @@ class ClientStream:
         #: upstream may echo its key in an error event inside the stream.
         #: None when no key is configured: the bytes go out untouched.
         self.redact = redact
+        #: The same over writes and events: a key split between two is kept
+        #: back until it can be redacted whole (``secrets.StreamScrub``).
+        self.scrub = StreamScrub(redact) if isinstance(redact, Secrets) else None
         #: A front door's encoder (``streamfix.wire``): everything written
         #: to the client goes through it, and only what is written, so
         #: held bytes discarded for a re-ask never reach it.
@@ -150,7 +173,7 @@ class ClientStream:
     async def prepare(self, extra: CIMultiDict[str]) -> None:
         if self.resp is not None:
             return
-        resp = web.StreamResponse(status=200)
+        resp = _Response(self) if self.scrub is not None else web.StreamResponse()
         for k, v in extra.items():
             resp.headers.add(k, v)
         resp.headers.update(SSE_HEADERS)
@@ -167,7 +190,11 @@ class ClientStream:
             data = rename(data)
             if rename.same:
                 self.rename = None
-        if self.redact is not None:
+        if self.scrub is not None:
+            data = self.scrub.feed(data)
+            if not data:
+                return
+        elif self.redact is not None:
             data = self.redact(data)
         # A recording keeps the chat side (a front door's bytes are made
         # from it): what replay can compare with (``record.py``).

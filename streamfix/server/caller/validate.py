@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import orjson
 from aiohttp import web
 
+from ... import schemas
 from ...errors import RequestError
 from ...wire.turn import check_stream
 from ..upstream.table import tenant_label
@@ -212,4 +213,22 @@ def validate_chat(body: Any) -> dict[str, Any]:
         v = body.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise RequestError(f"'{key}' must be a positive integer", param=key)
+    check_json_schema(body)
     return body
+
+
+def check_json_schema(body: dict[str, Any]) -> None:
+    """A ``response_format`` schema streamfix will run: references only
+    inside it (nothing is fetched), none dangling, patterns RE2 reads
+    (``streamfix.schemas``); else a 400 naming what is refused."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return
+    js = fmt.get("json_schema")
+    try:
+        schemas.check(js.get("schema") if isinstance(js, dict) else None)
+    except schemas.SchemaRefused as exc:
+        raise RequestError(
+            f"response_format.json_schema.schema: {exc}",
+            param="response_format.json_schema.schema",
+        ) from None

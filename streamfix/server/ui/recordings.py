@@ -201,7 +201,7 @@ def upstream_view(doc: dict[str, Any]) -> tuple[Seen | None, str]:
     """What the last upstream reply said, as a client would assemble it
     with no repair (markup as it came), and its raw text (bounded)."""
     attempts = doc.get("attempts") or []
-    if not attempts:
+    if not isinstance(attempts, list) or not attempts or not isinstance(attempts[-1], dict):
         return None, ""
     att = attempts[-1]
     data = b"".join(decode_bytes(r) for r in att.get("reads") or ())
@@ -215,27 +215,47 @@ def upstream_view(doc: dict[str, Any]) -> tuple[Seen | None, str]:
             return seen_of_completion(loads_lenient(data)), text
         except orjson.JSONDecodeError:
             return None, text
-    if doc.get("request", {}).get("path") == "/v1/completions":
+    if _dict(doc.get("request")).get("path") == "/v1/completions":
         return assemble_text(data), text
     return assemble(data), text
 
 
+#: What a view that cannot be read raises (a recording of an odd reply).
+_UNREADABLE = (KeyError, TypeError, AttributeError, ValueError, PluginError)
+
+
 def sides(index: Index, name: str) -> Sides | None:
-    """The three views of recording ``name`` (blocking: call from a thread)."""
+    """The three views of recording ``name`` (blocking: call from a thread).
+    A side that cannot be assembled is None with a note saying why; odd
+    parts of a side (``Seen.odd``) are noted too: the page shows what it
+    can of any recording."""
     doc = index.load(name)
     if not isinstance(doc, dict):
         return None
     summary = summary_of(name, doc)
+    notes: list[str] = []
     try:
         outcome = replay_document(doc, Path(name))
-    except (KeyError, TypeError, AttributeError, ValueError, PluginError) as exc:
+    except _UNREADABLE as exc:
         outcome = Outcome(Path(name), "unreadable", notes=[f"{type(exc).__name__}: {exc}"])
-    upstream, text = upstream_view(doc)
+    try:
+        upstream, text = upstream_view(doc)
+    except _UNREADABLE as exc:
+        upstream, text = None, ""
+        notes.append(f"what the upstream sent cannot be assembled: {type(exc).__name__}: {exc}")
     then = outcome.then
-    if then is None and isinstance(doc.get("response"), dict):
-        then = client_view(doc["response"], doc.get("request", {}).get("path") == "/v1/completions")
-    request = doc.get("request", {}).get("body")
-    shown = orjson.dumps(request, option=orjson.OPT_INDENT_2).decode()
+    response, request = doc.get("response"), _dict(doc.get("request"))
+    if then is None and isinstance(response, dict):
+        try:
+            then = client_view(response, request.get("path") == "/v1/completions")
+        except _UNREADABLE as exc:
+            notes.append(f"what the client got cannot be assembled: {type(exc).__name__}: {exc}")
+    for side, seen in (("upstream", upstream), ("then", then), ("today", outcome.now)):
+        notes += [f"{side}: {odd}" for odd in (seen.odd if seen is not None else ())]
+    try:
+        shown = orjson.dumps(request.get("body"), option=orjson.OPT_INDENT_2).decode()
+    except TypeError:
+        shown = repr(request.get("body"))
     return Sides(
         name,
         summary,
@@ -246,7 +266,7 @@ def sides(index: Index, name: str) -> Sides | None:
         text,
         shown[:MAX_RAW_CHARS],
         len(doc.get("attempts") or ()),
-        list(outcome.notes),
+        list(outcome.notes) + notes,
     )
 
 

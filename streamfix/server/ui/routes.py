@@ -399,8 +399,14 @@ async def probe_page(request: web.Request, session: auth.Session) -> web.StreamR
     i, up = found
     row = model_rows(proxy, ui)[i]
 
-    def clean(text: str) -> str:  # the URL as configured may hold a password
-        return text.replace(up.cfg.url, up.name)
+    redact = request[TABLE].redact
+
+    def clean(text: str) -> str:
+        """What the backend said, as text, before it is escaped for the
+        page: the URL as configured (it may hold a password) named, and
+        any upstream key redacted (``&``, ``<`` or a quote in a key would
+        not match once escaped)."""
+        return redact.text(text.replace(up.cfg.url, up.name))
 
     run = ui.probes.runs.get(up.cfg.identity)
     body = pages.probe_view(row, run, session.csrf, ui.probes.busy, clean)

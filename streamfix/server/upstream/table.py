@@ -33,6 +33,7 @@ from aiohttp import web
 from ...errors import RequestError
 from ..config import ServerConfig, TenantConfig, check_keys
 from .pool import Upstream, UpstreamPool
+from .secrets import Secrets
 
 #: OpenAI's own wording for a model a key cannot use, existing or not.
 NOT_FOUND: Final = "The model '{model}' does not exist or you do not have access to it."
@@ -86,7 +87,16 @@ class Table:
     """The rows by kind and public name, the tenants and inbound keys, and
     the upstream secrets to keep out of replies."""
 
-    __slots__ = ("catch_all", "keys", "named", "pool", "protect_status", "secrets", "upstreams")
+    __slots__ = (
+        "catch_all",
+        "keys",
+        "named",
+        "pool",
+        "protect_status",
+        "redact",
+        "secrets",
+        "upstreams",
+    )
 
     def __init__(self, cfg: ServerConfig, previous: Table | None = None) -> None:
         if not cfg.upstreams:
@@ -119,6 +129,12 @@ class Table:
             for secret in (u.api_key, urlsplit(u.url).password)
             if secret and len(secret) >= MIN_SECRET
         ]
+        #: ``redact(body)``: ``body`` without any configured upstream key (or
+        #: URL password), plain or escaped (``secrets.Secrets``): some
+        #: upstreams echo the key they were sent ("Incorrect API key
+        #: provided: sk-…"), in an HTTP error body, an error event inside a
+        #: stream or a header, and what they say is relayed to clients.
+        self.redact = Secrets(self.secrets)
 
     # -- keys --------------------------------------------------------------
 
@@ -174,18 +190,6 @@ class Table:
             for (kind, name), rows in self.named.items()
             if tenant is None or tenant.allows(name)
         ]
-
-    # -- replies -----------------------------------------------------------
-
-    def redact(self, body: bytes) -> bytes:
-        """``body`` without any configured upstream key (or URL password):
-        some upstreams echo the key they were sent ("Incorrect API key
-        provided: sk-…"), in an HTTP error body or in an error event inside
-        a stream, and what they say is relayed to clients."""
-        for secret in self.secrets:
-            if secret in body:
-                body = body.replace(secret, b"[redacted]")
-        return body
 
 
 TABLE: Final = web.RequestKey("streamfix_table", Table)
