@@ -56,7 +56,7 @@ from .transforms.detect import ToolTagDetector
 from .transforms.jsonout import JsonOutput
 from .transforms.missed import MissedCalls
 from .transforms.reasoning import ReasoningSplitter
-from .transforms.repetition import RepetitionCutter
+from .transforms.repetition import UPSTREAM_CUT, RepetitionCutter, upstream_cut
 from .transforms.residue import ResidueStripper
 
 
@@ -210,6 +210,8 @@ class _Choice:
         self.report = ctx.report
 
     def run(self, d: Delta, closing: bool, start: int = 0) -> None:
+        if d.finish_reason == UPSTREAM_CUT:  # vLLM cut a loop: ended as ours are
+            upstream_cut(d, self.report)
         try:
             for step in self.steps if not start else self.steps[start:]:
                 if closing:
