@@ -178,6 +178,7 @@ class _Choice:
     __slots__ = (
         "cut",
         "done",
+        "index",
         "json",
         "n_calls",
         "reasoning_key",
@@ -190,7 +191,8 @@ class _Choice:
         "user_from",
     )
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, index: int = 0) -> None:
+        self.index = index
         self.steps = build_pipeline(ctx)
         #: The position of the first user step (``Options.transforms``).
         self.user_from = len(self.steps) - len(ctx.options.transforms)
@@ -230,6 +232,8 @@ class _Choice:
         if closing:
             self.done = True
             self.cut = d.stop
+            if d.finish_reason is not None:
+                self.report.finish_reasons[self.index] = d.finish_reason
 
     def failed(self, pos: int, exc: Exception) -> TransformError | None:
         """Step ``pos`` raised ``exc``: a user step's ends the choice (no
@@ -352,7 +356,7 @@ class Chain:
     def _choice(self, index: int) -> _Choice:
         st = self._choices.get(index)
         if st is None:
-            st = self._choices[index] = _Choice(self.ctx)
+            st = self._choices[index] = _Choice(self.ctx, index)
         return st
 
     # -- streaming ---------------------------------------------------------

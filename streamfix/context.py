@@ -117,6 +117,10 @@ class Report:
     #: not what it asked for, even repaired: why, in a sentence (the proxy
     #: asks again with it when nothing was sent yet; ``transforms/jsonout.py``).
     json_invalid: str | None = None
+    #: Each choice's finish reason as the chain sent it, after repair
+    #: (``tool_calls`` for a lifted call, ``length`` for a cut loop), by
+    #: choice index: what the client got (the traces' server span).
+    finish_reasons: dict[int, str] = field(default_factory=dict)
     #: The tokens counted as unrecognised while a later step could still
     #: strip them (``sample_unrecognised(token=…)``), by text.
     watched: Counter[str] = field(default_factory=Counter)

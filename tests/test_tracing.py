@@ -372,6 +372,46 @@ async def test_a_call_written_as_text_counts_its_repair(spans: InMemorySpanExpor
     }
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_server_span_says_what_the_client_got(
+    spans: InMemorySpanExporter, stream: bool
+) -> None:
+    """A call lifted from text: the client got ``tool_calls``, and so says
+    the request span; the attempt span keeps the upstream's ``stop``.
+    Usage and repairs are on the request span too."""
+    text = '<tool_call>{"name": "refresh_cache", "arguments": {}}</tool_call><|im_end|>'
+    if stream:
+        reply = Reply.stream(with_usage(text_stream([text]), USAGE))
+    else:
+        reply = Reply.json(completion(text, usage=USAGE))
+    async with FakeUpstream(reply) as up, AppServer(traced_app(spans, up.url)) as px:
+        payload = {"model": "m", "messages": MESSAGES, "tools": SHAPES_TOOLS, "stream": stream}
+        status, _ = await post(px, "/v1/chat/completions", payload)
+    assert status == 200
+    req, (att,) = by_kind(spans)
+    assert req.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert att.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert req.attributes["gen_ai.usage.input_tokens"] == 11
+    assert req.attributes["gen_ai.usage.output_tokens"] == 7
+    assert req.attributes["streamfix.repairs.lifted.hermes"] == 1
+    assert req.attributes["streamfix.repairs.stripped.special_token"] == 1
+    assert "streamfix.repairs.unrecognised_markup" not in req.attributes
+
+
+async def test_an_upstream_loop_cut_is_length_to_the_client(spans: InMemorySpanExporter) -> None:
+    """vLLM's ``repetition``: the attempt span says it; the client got
+    ``length`` (a loop cut), and so says the request span."""
+    reply = Reply.stream(text_stream(["ok ok ok"], finish="repetition"))
+    async with FakeUpstream(reply) as up, AppServer(traced_app(spans, up.url)) as px:
+        payload = {"model": "m", "messages": MESSAGES, "stream": True}
+        status, _ = await post(px, "/v1/chat/completions", payload)
+    assert status == 200
+    req, (att,) = by_kind(spans)
+    assert req.attributes["gen_ai.response.finish_reasons"] == ("length",)
+    assert att.attributes["gen_ai.response.finish_reasons"] == ("repetition",)
+    assert req.attributes["streamfix.loop_cut"] is True
+
+
 # -- the doors and the other operations -----------------------------------------------------------
 
 

@@ -53,13 +53,19 @@ speak), ``gen_ai.request.model`` (as the client named it),
 ``gen_ai.response.model`` (as the upstream's row serves it),
 ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
 ``gen_ai.response.id`` and ``gen_ai.usage.input_tokens`` /
-``output_tokens`` as the upstream sent them (its reply's own fields, read
-from the last reads of a stream; absent when it sent none), and on the
-attempt spans ``server.address`` / ``server.port`` of the upstream,
+``output_tokens`` (read from the reply's own fields, from the last reads
+of a stream; absent when it sent none), and on the attempt spans
+``server.address`` / ``server.port`` of the upstream,
 ``http.response.status_code`` and ``error.type`` (an attempt's
 ``gen_ai.request.model`` is the served name). Whether the request was
-streamed: ``streamfix.stream``. The finish reasons and
-usage are the model's: what streamfix changed is in its own attributes,
+streamed: ``streamfix.stream``. Each span says what its side saw: the
+request span what the client got (the finish reasons after repair, as
+the chain sent them, ``Report.finish_reasons``: ``tool_calls`` for a
+call lifted from text, ``length`` for a cut loop; in chat terms, which
+the doors map to theirs), an attempt span what its upstream sent (its
+own finish reasons: ``stop``, vLLM's ``repetition``). Usage is the
+upstream's on both (streamfix passes it on). What streamfix changed is
+in its own attributes,
 ``streamfix.repairs.<kind>`` (the chain's counts, summed over the
 attempts; the kinds of the ``streamfix_repairs_total`` metric),
 ``streamfix.loop_cut``, ``streamfix.reasks`` (and the discarded
@@ -420,6 +426,7 @@ class RequestTrace:
         "op",
         "reasks",
         "repairs",
+        "sent",
         "served",
         "span",
         "token",
@@ -442,6 +449,8 @@ class RequestTrace:
         #: The last attempt's facts and served model: the reply's.
         self.facts: _Facts | None = None
         self.served: str | None = None
+        #: The chain's finish reasons for the reply (``Report.finish_reasons``).
+        self.sent: dict[int, str] = {}
 
     # -- the request ---------------------------------------------------------
 
@@ -519,6 +528,9 @@ class RequestTrace:
                 attrs["gen_ai.response.model"] = self.served
             if self.facts is not None:
                 attrs.update(self.facts.attributes())
+            if self.sent:  # what the client got, after repair
+                finish = {**(self.facts.finish if self.facts else {}), **self.sent}
+                attrs["gen_ai.response.finish_reasons"] = [finish[i] for i in sorted(finish)]
             if status is not None:
                 attrs["http.response.status_code"] = status
             if gone:
@@ -586,6 +598,7 @@ class RequestTrace:
         if not probe:
             self.served = served
             self.facts = None
+            self.sent = {}
         for name in TRACE_HEADERS:
             headers.popall(name, None)
         propagate.inject(headers, context=trace.set_span_in_context(child))
@@ -647,8 +660,10 @@ class RequestTrace:
             att.reads = None
 
     def report(self, rep: Report) -> None:
-        """The chain's report of the current attempt."""
+        """The chain's report of the current attempt (the last one's finish
+        reasons are the reply's, as the client got them)."""
         self.repairs.update(rep.counts)
+        self.sent = dict(rep.finish_reasons)
         cut = rep.cut is not None
         self.loop_cut = self.loop_cut or cut
         att = self.attempt
