@@ -124,6 +124,7 @@ if TYPE_CHECKING:
 
     from ..context import Report
     from .config import ServerConfig
+    from .otel_metrics import GenAIMeters
     from .upstream.pool import Upstream, UpstreamFailure
 
 log = logging.getLogger("streamfix.server")
@@ -192,10 +193,35 @@ def tracer_for(cfg: ServerConfig, environ: Mapping[str, str] | None = None) -> T
     from opentelemetry.sdk.trace import TracerProvider
 
     env = os.environ if environ is None else environ
+    meters = _meters(env)
     given = trace.get_tracer_provider()
     if isinstance(given, TracerProvider):  # set up by someone else: theirs
-        return Tracer(given, own=False)
-    return Tracer(_provider(env), own=True)
+        return Tracer(given, own=False, meters=meters)
+    return Tracer(_provider(env), own=True, meters=meters)
+
+
+def _meters(env: Mapping[str, str]) -> GenAIMeters | None:
+    """The GenAI metrics beside the traces (``otel_metrics.py``)."""
+    from .otel_metrics import meters_for
+
+    try:
+        return meters_for(env, _resource(env))
+    except ImportError as exc:  # an extra without the metrics SDK
+        log.warning("OpenTelemetry metrics not available: %s", exc)
+        return None
+
+
+def _resource(env: Mapping[str, str]) -> Any:
+    """The resource of our own providers: ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES``, ``service.name`` ``streamfix`` by default."""
+    from opentelemetry.sdk.resources import Resource
+
+    attrs: dict[str, str] = {}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attrs["service.name"] = "streamfix"
+    return Resource.create(attrs)
 
 
 def available() -> bool:
@@ -214,7 +240,6 @@ def available() -> bool:
 
 def _provider(env: Mapping[str, str]) -> TracerProvider:
     """A provider configured by the standard variables (module doc)."""
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
@@ -222,12 +247,7 @@ def _provider(env: Mapping[str, str]) -> TracerProvider:
         SpanExporter,
     )
 
-    attrs: dict[str, str] = {}
-    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
-    ):
-        attrs["service.name"] = "streamfix"
-    provider = TracerProvider(resource=Resource.create(attrs))
+    provider = TracerProvider(resource=_resource(env))
     names = env.get("OTEL_TRACES_EXPORTER", "otlp") or "otlp"
     for name in (n.strip().lower() for n in names.split(",")):
         exporter: SpanExporter | None = None
@@ -278,21 +298,25 @@ def upstream_error(kind: str) -> None:
 class Tracer:
     """The proxy's tracer (``Proxy.tracer``; None there when traces are off)."""
 
-    def __init__(self, provider: Any, own: bool = False) -> None:
+    def __init__(self, provider: Any, own: bool = False, meters: GenAIMeters | None = None) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("streamfix", __version__)
         #: The provider is ours to flush and shut down with the app.
         self.own = own
+        #: The GenAI metrics (``otel_metrics.py``); None: off.
+        self.meters = meters
 
     def request(self, endpoint: str) -> RequestTrace | None:
         """A trace for a request to ``endpoint`` (None: no span for it)."""
         op = OPERATIONS.get(endpoint)
-        return None if op is None else RequestTrace(self.tracer, op, endpoint)
+        return None if op is None else RequestTrace(self.tracer, op, endpoint, self.meters)
 
     def shutdown(self) -> None:
         """Flush and stop the exporters (blocking: run it off the loop)."""
         if self.own:
             self.provider.shutdown()
+        if self.meters is not None:
+            self.meters.shutdown()
 
 
 @lru_cache(maxsize=256)
@@ -421,7 +445,10 @@ class RequestTrace:
         "attempts",
         "endpoint",
         "facts",
+        "first",
         "loop_cut",
+        "meters",
+        "model",
         "notes",
         "op",
         "reasks",
@@ -429,12 +456,22 @@ class RequestTrace:
         "sent",
         "served",
         "span",
+        "t0",
         "token",
         "tracer",
     )
 
-    def __init__(self, tracer: Any, op: str, endpoint: str) -> None:
+    def __init__(
+        self, tracer: Any, op: str, endpoint: str, meters: GenAIMeters | None = None
+    ) -> None:
         self.tracer = tracer
+        self.meters = meters
+        #: When the request arrived, and the reply's stream first read
+        #: (``time.perf_counter``; the GenAI metrics').
+        self.t0 = time.perf_counter()
+        self.first: float | None = None
+        #: The model as the client named it (``start``).
+        self.model: str | None = None
         self.op = op
         self.endpoint = endpoint
         self.span: Span | None = None
@@ -466,6 +503,7 @@ class RequestTrace:
         tenant's label, streamed or not, the caller's headers, when it
         arrived on the loop's clock), continuing the client's trace
         context; the request's hooks find it from here on."""
+        self.model = model
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": self.op,
             "gen_ai.provider.name": PROVIDER,
@@ -479,8 +517,9 @@ class RequestTrace:
         attrs.update(self.notes)
         start = None
         if arrived is not None:  # the loop's clock: the body's reading counts
-            ago = asyncio.get_running_loop().time() - arrived
-            start = time.time_ns() - int(max(0.0, ago) * 1e9)
+            ago = max(0.0, asyncio.get_running_loop().time() - arrived)
+            start = time.time_ns() - int(ago * 1e9)
+            self.t0 = time.perf_counter() - ago
         from opentelemetry import propagate
         from opentelemetry.trace import SpanKind
 
@@ -518,6 +557,8 @@ class RequestTrace:
         span = self.span
         if span is None:
             return
+        if self.meters is not None:
+            self._measure(status, error, gone, att)
         if span.is_recording():
             attrs: dict[str, Any] = {
                 "streamfix.reasks": self.reasks,
@@ -545,6 +586,29 @@ class RequestTrace:
                 span.set_attribute("error.type", kind)
                 span.set_status(Status(StatusCode.ERROR, kind))
         span.end()
+
+    def _measure(
+        self, status: int | None, error: str | None, gone: bool, att: _Attempt | None
+    ) -> None:
+        """The GenAI metrics of the request (``otel_metrics.py``)."""
+        assert self.meters is not None
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": self.op,
+            "gen_ai.provider.name": PROVIDER,
+        }
+        if self.model is not None:
+            attrs["gen_ai.request.model"] = self.model
+        if self.served is not None:
+            attrs["gen_ai.response.model"] = self.served
+        if error is None and att is not None and att.error is not None and status == 200:
+            error = att.error
+        if error is None and status is not None and status >= 400:
+            error = str(status)
+        if gone:
+            error = "client_gone"
+        first = None if self.first is None else self.first - self.t0
+        usage = self.facts.usage if self.facts is not None else None
+        self.meters.record(attrs, time.perf_counter() - self.t0, error, usage, first)
 
     # -- its attempts ----------------------------------------------------------
 
@@ -599,6 +663,7 @@ class RequestTrace:
             self.served = served
             self.facts = None
             self.sent = {}
+            self.first = None
         for name in TRACE_HEADERS:
             headers.popall(name, None)
         propagate.inject(headers, context=trace.set_span_in_context(child))
@@ -632,13 +697,16 @@ class RequestTrace:
         att = self.attempt
         if att is not None and att.reads is not None:
             att.reads.append(data)
+            if self.first is None:
+                self.first = time.perf_counter()
 
     def whole(self, raw: bytes) -> None:
         """The attempt's whole reply (200): its facts."""
         att = self.attempt
-        if att is not None and att.span.is_recording():
+        if att is not None and (att.span.is_recording() or self.meters is not None):
             facts = _whole_facts(raw)
-            att.span.set_attributes(facts.attributes())
+            if att.span.is_recording():
+                att.span.set_attributes(facts.attributes())
             self.facts = facts
 
     def closed(self) -> None:
@@ -653,9 +721,10 @@ class RequestTrace:
             return
         att.closed_at = time.time_ns()
         if att.reads is not None:
-            if att.span.is_recording():
+            if att.span.is_recording() or self.meters is not None:
                 facts = _stream_facts(att.reads)
-                att.span.set_attributes(facts.attributes())
+                if att.span.is_recording():
+                    att.span.set_attributes(facts.attributes())
                 self.facts = facts
             att.reads = None
 
