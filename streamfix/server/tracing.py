@@ -1,6 +1,7 @@
 """OpenTelemetry traces of the proxy's requests (the optional ``otel`` extra).
 
-All of the proxy's OpenTelemetry code is here; the layers it observes call
+All of the proxy's OpenTelemetry code is here and in ``otel_metrics.py``
+(the GenAI metrics, recorded at each request's end); the layers it observes call
 a few hooks, each a no-op (one ``None`` check) when traces are off.
 ``pip install 'streamfix[otel]'`` brings the API, the SDK and the
 OTLP/HTTP exporter; without them nothing changes: ``available()`` (the one
