@@ -56,7 +56,7 @@ from .transforms.detect import ToolTagDetector
 from .transforms.jsonout import JsonOutput
 from .transforms.missed import MissedCalls
 from .transforms.reasoning import ReasoningSplitter
-from .transforms.repetition import RepetitionCutter
+from .transforms.repetition import UPSTREAM_CUT, RepetitionCutter, upstream_cut
 from .transforms.residue import ResidueStripper
 
 
@@ -178,6 +178,7 @@ class _Choice:
     __slots__ = (
         "cut",
         "done",
+        "index",
         "json",
         "n_calls",
         "reasoning_key",
@@ -190,7 +191,8 @@ class _Choice:
         "user_from",
     )
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, index: int = 0) -> None:
+        self.index = index
         self.steps = build_pipeline(ctx)
         #: The position of the first user step (``Options.transforms``).
         self.user_from = len(self.steps) - len(ctx.options.transforms)
@@ -210,6 +212,8 @@ class _Choice:
         self.report = ctx.report
 
     def run(self, d: Delta, closing: bool, start: int = 0) -> None:
+        if d.finish_reason == UPSTREAM_CUT:  # vLLM cut a loop: ended as ours are
+            upstream_cut(d, self.report)
         try:
             for step in self.steps if not start else self.steps[start:]:
                 if closing:
@@ -228,6 +232,8 @@ class _Choice:
         if closing:
             self.done = True
             self.cut = d.stop
+            if d.finish_reason is not None:
+                self.report.finish_reasons[self.index] = d.finish_reason
 
     def failed(self, pos: int, exc: Exception) -> TransformError | None:
         """Step ``pos`` raised ``exc``: a user step's ends the choice (no
@@ -350,7 +356,7 @@ class Chain:
     def _choice(self, index: int) -> _Choice:
         st = self._choices.get(index)
         if st is None:
-            st = self._choices[index] = _Choice(self.ctx)
+            st = self._choices[index] = _Choice(self.ctx, index)
         return st
 
     # -- streaming ---------------------------------------------------------

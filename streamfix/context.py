@@ -117,12 +117,23 @@ class Report:
     #: not what it asked for, even repaired: why, in a sentence (the proxy
     #: asks again with it when nothing was sent yet; ``transforms/jsonout.py``).
     json_invalid: str | None = None
+    #: Each choice's finish reason as the chain sent it, after repair
+    #: (``tool_calls`` for a lifted call, ``length`` for a cut loop), by
+    #: choice index: what the client got (the traces' server span).
+    finish_reasons: dict[int, str] = field(default_factory=dict)
+    #: The tokens counted as unrecognised while a later step could still
+    #: strip them (``sample_unrecognised(token=…)``), by text.
+    watched: Counter[str] = field(default_factory=Counter)
 
     def count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] += n
 
-    def sample_unrecognised(self, text: str) -> None:
+    def sample_unrecognised(self, text: str, token: str | None = None) -> None:
+        """Count and sample markup nothing handled. ``token``: the whole
+        token it starts with, when a later step may strip it (``handled``)."""
         self.counts["unrecognised_markup"] += 1
+        if token is not None:
+            self.watched[token] += 1
         if len(self.unrecognised) < MAX_SAMPLES:
             self.unrecognised.append(text[:SAMPLE_CHARS])
 
@@ -130,6 +141,21 @@ class Report:
         self.counts["possible_missed_call"] += 1
         if len(self.missed) < MAX_SAMPLES:
             self.missed.append(text[:SAMPLE_CHARS])
+
+    def handled(self, token: str) -> None:
+        """A step stripped ``token``: if it was counted as unrecognised, it
+        no longer is (one reply, one account: stripped, not unrecognised)."""
+        if not self.watched[token]:
+            return
+        self.watched[token] -= 1
+        if not self.watched[token]:
+            del self.watched[token]
+        self.counts["unrecognised_markup"] -= 1
+        if not self.counts["unrecognised_markup"]:
+            del self.counts["unrecognised_markup"]
+        at = next((i for i, s in enumerate(self.unrecognised) if s.startswith(token)), None)
+        if at is not None:
+            del self.unrecognised[at]
 
 
 def thinking_switch(request: dict[str, Any]) -> bool | None:

@@ -937,3 +937,62 @@ async def test_request_timeout_mid_stream_ends_with_an_error_event() -> None:
     assert status == 200 and got.content.startswith("Once upon a time")
     assert not got.done and got.errors[-1]["code"] == "request_timeout"
     assert up.requests[-1].disconnected
+
+
+class DropsEveryRequest(TcpUpstream):
+    """An upstream that is down: it reads each request and closes the
+    connection without a reply, counting the chat requests it met."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posts = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await self.read_request(reader)
+            if head.startswith(b"POST "):
+                self.posts += 1
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _sdk_attempts(retries: int, sdk_retries: int, stream: bool) -> tuple[int, Any]:
+    """Upstream requests one OpenAI SDK call makes through the proxy, and
+    the error it raised."""
+    import openai
+
+    async with (
+        DropsEveryRequest() as up,
+        AppServer(proxy_app(up.url, retries=retries)) as px,
+        openai.AsyncOpenAI(api_key="sk-test", base_url=px.url, max_retries=sdk_retries) as oai,
+    ):
+        with pytest.raises(openai.APIStatusError) as err:
+            await oai.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=stream,
+            )
+        return up.posts, err.value
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_failure_streamfix_retried_is_not_retried_by_the_sdk(stream: bool) -> None:
+    """An upstream down: streamfix's own rounds (``retries`` 1: two rounds),
+    then a 502 with ``x-should-retry: false``; the SDK (two retries by
+    default) asks no more, so the upstream meets streamfix's attempts only."""
+    alone, _ = await _sdk_attempts(1, 0, stream)
+    posts, err = await _sdk_attempts(1, 2, stream)
+    assert err.status_code == 502
+    assert err.response.headers["x-should-retry"] == "false"
+    assert posts == alone >= 2  # not three times as many
+
+
+async def test_a_failure_streamfix_did_not_retry_is_left_to_the_sdk() -> None:
+    """``--retries 0`` on one row: one attempt, no header; the SDK's own
+    retries are the only ones, as the policy says (docs/guarantees.md)."""
+    alone, _ = await _sdk_attempts(0, 0, False)
+    posts, err = await _sdk_attempts(0, 1, False)
+    assert err.status_code == 502 and "x-should-retry" not in err.response.headers
+    assert posts == 2 * alone

@@ -127,10 +127,8 @@ async def test_a_backend_that_needs_streamfix() -> None:
         assert call.did == ["call as text (qwen_xml)"] and call.fixed == ["1 call(s) lifted"]
         assert not call.left
         no_call = rows[("no_call", stream)]
-        assert no_call.did == [
-            "markup in content (special_token)",
-            "unrecognised markup '<|im_end|>'",
-        ]
+        # stripped: not also "unrecognised" (one account per token)
+        assert no_call.did == ["markup in content (special_token)"]
         assert no_call.fixed == ["markup stripped"]
         loop = rows[("long", stream)]
         assert loop.did[0].startswith("loop (period ") and loop.fixed == ["loop cut"]
@@ -161,6 +159,35 @@ async def test_a_backend_that_needs_streamfix() -> None:
     assert "| tools, a call wanted | not streamed |" in text  # not "json": no JSON was asked
     assert "| json |" not in text
     assert "this backend needs it" in text
+
+
+def marked_backend(rec: Received) -> Reply:
+    """A call as text with ChatML's end token after it, and a plain reply
+    with a token no step handles (``<|a b|>``: spaces, so not stripped)."""
+    text = _last_user(rec.body)
+    if "Paris" in text and "Tokyo" not in text:
+        call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        return _reply(rec.body, call + "<|im_end|>")
+    if "hello" in text:
+        return _reply(rec.body, "Hello there! <|a b|>")
+    return good_backend(rec)
+
+
+async def test_a_stripped_token_is_not_unrecognised_and_a_sample_shows_as_sent() -> None:
+    async with FakeUpstream(handler=marked_backend, routes=VLLM_MODELS) as up:
+        result = await probe(up.url)
+    rows = rows_by(result)
+    for stream in (True, False):
+        call = rows[("call", stream)]
+        assert call.did == ["call as text (hermes)", "markup in content (special_token)"]
+        assert call.fixed == ["1 call(s) lifted", "markup stripped"]
+        assert rows[("no_call", stream)].did == ["unrecognised markup '<|a b|>'"]
+    out = io.StringIO()
+    render(result, out)
+    text = out.getvalue()
+    # the cell escapes ``|`` as Markdown does: the token reads as it was sent
+    assert "| unrecognised markup '<\\|a b\\|>' |" in text
+    assert "</a b/>" not in text and "im_end" not in text
 
 
 async def test_a_backend_that_refuses_json_schema() -> None:

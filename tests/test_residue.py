@@ -10,11 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streamfix
-from streamfix.context import Context
+from streamfix.context import Context, Report
 from streamfix.delta import Delta, ToolCall
+from streamfix.session import SSESession
 from streamfix.transforms.residue import MAX_PENDING, ResidueStripper
 
-from .support.streamutil import SHAPES_REQUEST, assemble, run_sse, split_at, text_stream
+from .support.streamutil import (
+    SHAPES_REQUEST,
+    assemble,
+    fixed_whole,
+    run_sse,
+    split_at,
+    text_stream,
+)
 
 
 def _strip(pieces: list[str]) -> tuple[str, Context]:
@@ -299,3 +307,59 @@ def test_a_fence_after_stripped_markup_opens_a_code_block_at_any_split(token: st
     assert whole["choices"][0]["message"]["content"] == want
     for pieces in ([text], list(text), [token, text[len(token) :]]):
         assert assemble(run_sse(text_stream(pieces), SHAPES_REQUEST)).content == want
+
+
+# -- one account per token: stripped, not also unrecognised ---------------------
+
+CALL_TEXT = '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "7"}}\n</tool_call>'
+
+
+def _report_of(pieces: list[str]) -> Report:
+    """The chain's report for a streamed reply of content ``pieces``."""
+    session = SSESession(SHAPES_REQUEST)
+    session.feed(text_stream(pieces))
+    session.close()
+    return session.report
+
+
+#: The tokens of ``STRIPPED``; but after a call ``<function=lookup_order>``
+#: is one more (qwen_xml) call.
+TOKENS = [
+    x[1] for x in STRIPPED if x[3] in ("special_token", "wrapper_tag") and "function=" not in x[1]
+]
+
+
+@pytest.mark.parametrize("token", TOKENS)
+def test_a_stripped_token_is_not_also_unrecognised(token: str) -> None:
+    """The detector samples ``<|im_end|>`` as it goes out; the residue step
+    then strips it: the report says stripped, and not unrecognised, at any
+    split, streamed or whole."""
+    text = CALL_TEXT + token
+    for i in range(len(CALL_TEXT), len(text) + 1):
+        report = _report_of([text[:i], text[i:]])
+        assert report.counts["lifted.hermes"] == 1, (token, i)
+        assert any(k.startswith("stripped.") for k in report.counts), (token, i)
+        assert report.counts["unrecognised_markup"] == 0, (token, i, report.unrecognised)
+        assert report.unrecognised == [], (token, i)
+    _, whole = fixed_whole(text, SHAPES_REQUEST)
+    assert whole.counts["unrecognised_markup"] == 0 and whole.unrecognised == [], token
+
+
+def test_the_im_end_after_a_lifted_call_is_one_strip() -> None:
+    report = _report_of([CALL_TEXT, "<|im_", "end|>"])
+    assert report.counts["stripped.special_token"] == 1
+    assert "unrecognised_markup" not in report.counts and not report.watched
+
+
+@pytest.mark.parametrize(
+    ("text", "sample"),
+    [
+        ("ok <|not a token because spaces|>", "<|not a token because spaces|>"),
+        ("```\n<|im_end|>\n```\n", "<|im_end|>"),  # kept in code: counted, not stripped
+        ("ok <|im_end|> and `<|im_end|>`", "<|im_end|>"),  # one stripped, one kept
+    ],
+)
+def test_markup_nothing_handled_stays_unrecognised(text: str, sample: str) -> None:
+    report = _report_of([CALL_TEXT, text])
+    assert report.counts["unrecognised_markup"] == 1, report.unrecognised
+    assert [s[: len(sample)] for s in report.unrecognised] == [sample]

@@ -372,6 +372,46 @@ async def test_a_call_written_as_text_counts_its_repair(spans: InMemorySpanExpor
     }
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_server_span_says_what_the_client_got(
+    spans: InMemorySpanExporter, stream: bool
+) -> None:
+    """A call lifted from text: the client got ``tool_calls``, and so says
+    the request span; the attempt span keeps the upstream's ``stop``.
+    Usage and repairs are on the request span too."""
+    text = '<tool_call>{"name": "refresh_cache", "arguments": {}}</tool_call><|im_end|>'
+    if stream:
+        reply = Reply.stream(with_usage(text_stream([text]), USAGE))
+    else:
+        reply = Reply.json(completion(text, usage=USAGE))
+    async with FakeUpstream(reply) as up, AppServer(traced_app(spans, up.url)) as px:
+        payload = {"model": "m", "messages": MESSAGES, "tools": SHAPES_TOOLS, "stream": stream}
+        status, _ = await post(px, "/v1/chat/completions", payload)
+    assert status == 200
+    req, (att,) = by_kind(spans)
+    assert req.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert att.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert req.attributes["gen_ai.usage.input_tokens"] == 11
+    assert req.attributes["gen_ai.usage.output_tokens"] == 7
+    assert req.attributes["streamfix.repairs.lifted.hermes"] == 1
+    assert req.attributes["streamfix.repairs.stripped.special_token"] == 1
+    assert "streamfix.repairs.unrecognised_markup" not in req.attributes
+
+
+async def test_an_upstream_loop_cut_is_length_to_the_client(spans: InMemorySpanExporter) -> None:
+    """vLLM's ``repetition``: the attempt span says it; the client got
+    ``length`` (a loop cut), and so says the request span."""
+    reply = Reply.stream(text_stream(["ok ok ok"], finish="repetition"))
+    async with FakeUpstream(reply) as up, AppServer(traced_app(spans, up.url)) as px:
+        payload = {"model": "m", "messages": MESSAGES, "stream": True}
+        status, _ = await post(px, "/v1/chat/completions", payload)
+    assert status == 200
+    req, (att,) = by_kind(spans)
+    assert req.attributes["gen_ai.response.finish_reasons"] == ("length",)
+    assert att.attributes["gen_ai.response.finish_reasons"] == ("repetition",)
+    assert req.attributes["streamfix.loop_cut"] is True
+
+
 # -- the doors and the other operations -----------------------------------------------------------
 
 
@@ -691,3 +731,157 @@ async def test_narrowing_is_noted_on_the_request_span(spans: InMemorySpanExporte
     assert a["streamfix.narrowing_kept"] == 5 and a["streamfix.narrowing_of"] > 5
     assert few.attributes["streamfix.narrowing"] == "few_tools"
     assert "streamfix.narrowing_kept" not in few.attributes
+
+
+# -- the GenAI metrics ----------------------------------------------------------------------------
+
+
+def metered_app(
+    exporter: InMemorySpanExporter, *upstreams: str, **settings: Any
+) -> tuple[Any, Any]:
+    """``traced_app`` with the GenAI metrics, and the in-memory reader of them."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from streamfix.server.otel_metrics import GenAIMeters
+
+    app = traced_app(exporter, *upstreams, **settings)
+    reader = InMemoryMetricReader()
+    app[PROXY].tracer.meters = GenAIMeters(MeterProvider(metric_readers=[reader]))
+    return app, reader
+
+
+def points(reader: Any) -> dict[str, list[Any]]:
+    """Histogram data points by metric name."""
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out.setdefault(m.name, []).extend(m.data.data_points)
+    return out
+
+
+GENAI = (
+    "gen_ai.client.token.usage",
+    "gen_ai.server.request.duration",
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.server.time_per_output_token",
+)
+
+
+async def test_a_streamed_reply_records_the_four_genai_histograms(
+    spans: InMemorySpanExporter,
+) -> None:
+    reply = Reply.stream(with_usage(text_stream(["Hel", "lo"]), USAGE), delay=0.01)
+    async with FakeUpstream(reply) as up:
+        app, reader = metered_app(spans, f"{up.url}#model=served-8b,name=fast")
+        async with AppServer(app) as px:
+            payload = {"model": "fast", "messages": MESSAGES, "stream": True}
+            status, _ = await post(px, "/v1/chat/completions", payload)
+    assert status == 200
+    got = points(reader)
+    assert sorted(got) == sorted(GENAI)
+    tokens = {p.attributes["gen_ai.token.type"]: p for p in got["gen_ai.client.token.usage"]}
+    assert set(tokens) == {"input", "output"}
+    assert tokens["input"].sum == 11 and tokens["output"].sum == 7
+    for name in GENAI:
+        for p in got[name]:
+            assert p.attributes["gen_ai.operation.name"] == "chat"
+            assert p.attributes["gen_ai.provider.name"] == "openai"
+            assert p.attributes["gen_ai.request.model"] == "fast"
+            assert p.attributes["gen_ai.response.model"] == "served-8b"
+            assert "error.type" not in p.attributes
+    [duration] = got["gen_ai.server.request.duration"]
+    [first] = got["gen_ai.server.time_to_first_token"]
+    [per] = got["gen_ai.server.time_per_output_token"]
+    assert duration.count == first.count == per.count == 1
+    assert 0 < first.sum <= duration.sum
+    assert per.sum == pytest.approx((duration.sum - first.sum) / 6, rel=0.2)
+
+
+async def test_a_whole_reply_and_a_failure_record_what_they_have(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with FakeUpstream() as up:
+        up.push(Reply.json(completion("hi", usage=USAGE)), Reply.error(400, "bad"))
+        app, reader = metered_app(spans, up.url)
+        async with AppServer(app) as px:
+            ok, _ = await post(px, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+            bad, _ = await post(px, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+    assert (ok, bad) == (200, 400)
+    got = points(reader)
+    # not streamed: no first token; the failure only as a duration with its error
+    assert sorted(got) == ["gen_ai.client.token.usage", "gen_ai.server.request.duration"]
+    assert sorted(p.sum for p in got["gen_ai.client.token.usage"]) == [7, 11]
+    durations = got["gen_ai.server.request.duration"]
+    errors = sorted(p.attributes.get("error.type", "") for p in durations)
+    assert errors == ["", "400"]
+
+
+async def test_genai_metrics_reach_an_otlp_http_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--traces``: the metrics go to the same OTLP/HTTP receiver as the
+    spans (``/v1/metrics``), flushed when the app stops."""
+    from aiohttp import web
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+        ExportMetricsServiceResponse,
+    )
+
+    got: list[ExportMetricsServiceRequest] = []
+
+    async def metrics_in(request: web.Request) -> web.Response:
+        msg = ExportMetricsServiceRequest()
+        msg.ParseFromString(await request.read())
+        got.append(msg)
+        return web.Response(
+            body=ExportMetricsServiceResponse().SerializeToString(),
+            content_type="application/x-protobuf",
+        )
+
+    async def traces_in(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(content_type="application/x-protobuf")
+
+    receiver_app = web.Application()
+    receiver_app.router.add_post("/v1/metrics", metrics_in)
+    receiver_app.router.add_post("/v1/traces", traces_in)
+    async with AppServer(receiver_app) as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.root)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "streamfix-test")
+        monkeypatch.delenv("OTEL_METRICS_EXPORTER", raising=False)
+        reply = Reply.stream(with_usage(text_stream(["hi", " there"]), USAGE))
+        async with FakeUpstream(reply) as up:
+            app = proxy_app(up.url, traces=True)
+            assert app[PROXY].tracer.meters is not None and app[PROXY].tracer.meters.own
+            async with AppServer(app) as px:
+                status, _ = await post(
+                    px, "/v1/chat/completions", {"model": "m", "messages": MESSAGES, "stream": True}
+                )
+            assert status == 200  # the app stopped: its meter provider flushed
+    metrics = {
+        m.name: m
+        for msg in got
+        for rm in msg.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert set(GENAI) <= set(metrics)
+    usage = metrics["gen_ai.client.token.usage"].histogram.data_points
+    kinds = {
+        next(kv.value.string_value for kv in p.attributes if kv.key == "gen_ai.token.type"): p.sum
+        for p in usage
+    }
+    assert kinds == {"input": 11, "output": 7}
+    assert metrics["gen_ai.server.request.duration"].unit == "s"
+    service = {
+        kv.key: kv.value.string_value for kv in got[0].resource_metrics[0].resource.attributes
+    }
+    assert service["service.name"] == "streamfix-test"
+
+
+def test_metrics_exporter_none_leaves_the_traces_alone() -> None:
+    tracer = tracing.tracer_for(
+        ServerConfig(traces=True), {"OTEL_METRICS_EXPORTER": "none", "OTEL_TRACES_EXPORTER": "none"}
+    )
+    assert tracer is not None and tracer.meters is None

@@ -19,6 +19,7 @@ from streamfix.server.config import ConfigError, ServerConfig, build_config, par
 from streamfix.server.metrics import Metrics
 from streamfix.server.probe import CASES
 from streamfix.server.proxy import PROXY
+from streamfix.server.record import RECORDER
 from streamfix.server.ui import activity as act
 from streamfix.server.ui.auth import SESSION_SECONDS, FileSessionStore, LoginThrottle, Sessions
 from streamfix.server.ui.charts import repairs_chart
@@ -480,6 +481,32 @@ async def test_the_unrecognised_view_has_the_samples_and_the_count_per_model(
     assert set(per_model) == {"m", "*"} and per_model["m"] == per_model["*"]
     total = re.search(r"^streamfix_unrecognised_markup_total (\S+)$", metrics, re.M)
     assert total and float(total.group(1)) == sum(map(int, per_model.values()))
+
+
+async def test_a_stripped_token_is_unrecognised_nowhere(tmp_path: Path) -> None:
+    """A lifted call and a stripped ``<|im_end|>``: the report, the metrics,
+    the page and the recording's reasons say stripped, never unrecognised."""
+    async with scene(tmp_path, serve=False) as sc, browser() as s:
+        got = await sc.chat("call, then im_end")
+        assert await asyncio.to_thread(sc.proxy.app[RECORDER].flush, 5.0)
+        await logged_in(s, sc)
+        _, models = await get(s, sc.root + "/ui")
+        _, unrecognised = await get(s, sc.root + "/ui/unrecognised")
+        _, metrics = await get(s, sc.root + "/metrics")
+    assert b"im_end" not in got and b'"tool_calls"' in got
+    assert 'data-kind="lifted.hermes"' in models
+    assert 'data-kind="unrecognised_markup"' not in models
+    assert "No unrecognised markup since this process started" in unrecognised
+    total = re.search(r"^streamfix_unrecognised_markup_total (\S+)$", metrics, re.M)
+    assert total is None or float(total.group(1)) == 0
+    assert re.search(r'^streamfix_repairs_total\{[^}]*kind="stripped.special_token"', metrics, re.M)
+    [path] = sorted(tmp_path.glob("*.json"))
+    doc = orjson.loads(path.read_bytes())
+    assert doc["reasons"] == ["repair"]
+    [attempt] = doc["attempts"]
+    assert attempt["report"]["counts"]["stripped.special_token"] == 1
+    assert "unrecognised_markup" not in attempt["report"]["counts"]
+    assert attempt["report"]["unrecognised"] == []
 
 
 async def test_the_config_view_says_whether_keys_are_set_never_what_they_are(

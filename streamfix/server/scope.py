@@ -204,7 +204,7 @@ class Scope:
                 error = f.kind
                 out = await _error(
                     client,
-                    failure_response(f, told, self.redact),
+                    failure_response(f, told, self.redact, f.attempts > 1),
                     error_event(told, "upstream_error", f.kind),
                 )
             except TransformError as exc:  # a user step (--transform) raised

@@ -1,6 +1,7 @@
 """OpenTelemetry traces of the proxy's requests (the optional ``otel`` extra).
 
-All of the proxy's OpenTelemetry code is here; the layers it observes call
+All of the proxy's OpenTelemetry code is here and in ``otel_metrics.py``
+(the GenAI metrics, recorded at each request's end); the layers it observes call
 a few hooks, each a no-op (one ``None`` check) when traces are off.
 ``pip install 'streamfix[otel]'`` brings the API, the SDK and the
 OTLP/HTTP exporter; without them nothing changes: ``available()`` (the one
@@ -53,13 +54,19 @@ speak), ``gen_ai.request.model`` (as the client named it),
 ``gen_ai.response.model`` (as the upstream's row serves it),
 ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
 ``gen_ai.response.id`` and ``gen_ai.usage.input_tokens`` /
-``output_tokens`` as the upstream sent them (its reply's own fields, read
-from the last reads of a stream; absent when it sent none), and on the
-attempt spans ``server.address`` / ``server.port`` of the upstream,
+``output_tokens`` (read from the reply's own fields, from the last reads
+of a stream; absent when it sent none), and on the attempt spans
+``server.address`` / ``server.port`` of the upstream,
 ``http.response.status_code`` and ``error.type`` (an attempt's
 ``gen_ai.request.model`` is the served name). Whether the request was
-streamed: ``streamfix.stream``. The finish reasons and
-usage are the model's: what streamfix changed is in its own attributes,
+streamed: ``streamfix.stream``. Each span says what its side saw: the
+request span what the client got (the finish reasons after repair, as
+the chain sent them, ``Report.finish_reasons``: ``tool_calls`` for a
+call lifted from text, ``length`` for a cut loop; in chat terms, which
+the doors map to theirs), an attempt span what its upstream sent (its
+own finish reasons: ``stop``, vLLM's ``repetition``). Usage is the
+upstream's on both (streamfix passes it on). What streamfix changed is
+in its own attributes,
 ``streamfix.repairs.<kind>`` (the chain's counts, summed over the
 attempts; the kinds of the ``streamfix_repairs_total`` metric),
 ``streamfix.loop_cut``, ``streamfix.reasks`` (and the discarded
@@ -118,6 +125,7 @@ if TYPE_CHECKING:
 
     from ..context import Report
     from .config import ServerConfig
+    from .otel_metrics import GenAIMeters
     from .upstream.pool import Upstream, UpstreamFailure
 
 log = logging.getLogger("streamfix.server")
@@ -186,10 +194,35 @@ def tracer_for(cfg: ServerConfig, environ: Mapping[str, str] | None = None) -> T
     from opentelemetry.sdk.trace import TracerProvider
 
     env = os.environ if environ is None else environ
+    meters = _meters(env)
     given = trace.get_tracer_provider()
     if isinstance(given, TracerProvider):  # set up by someone else: theirs
-        return Tracer(given, own=False)
-    return Tracer(_provider(env), own=True)
+        return Tracer(given, own=False, meters=meters)
+    return Tracer(_provider(env), own=True, meters=meters)
+
+
+def _meters(env: Mapping[str, str]) -> GenAIMeters | None:
+    """The GenAI metrics beside the traces (``otel_metrics.py``)."""
+    from .otel_metrics import meters_for
+
+    try:
+        return meters_for(env, _resource(env))
+    except ImportError as exc:  # an extra without the metrics SDK
+        log.warning("OpenTelemetry metrics not available: %s", exc)
+        return None
+
+
+def _resource(env: Mapping[str, str]) -> Any:
+    """The resource of our own providers: ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES``, ``service.name`` ``streamfix`` by default."""
+    from opentelemetry.sdk.resources import Resource
+
+    attrs: dict[str, str] = {}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attrs["service.name"] = "streamfix"
+    return Resource.create(attrs)
 
 
 def available() -> bool:
@@ -208,7 +241,6 @@ def available() -> bool:
 
 def _provider(env: Mapping[str, str]) -> TracerProvider:
     """A provider configured by the standard variables (module doc)."""
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
@@ -216,12 +248,7 @@ def _provider(env: Mapping[str, str]) -> TracerProvider:
         SpanExporter,
     )
 
-    attrs: dict[str, str] = {}
-    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
-    ):
-        attrs["service.name"] = "streamfix"
-    provider = TracerProvider(resource=Resource.create(attrs))
+    provider = TracerProvider(resource=_resource(env))
     names = env.get("OTEL_TRACES_EXPORTER", "otlp") or "otlp"
     for name in (n.strip().lower() for n in names.split(",")):
         exporter: SpanExporter | None = None
@@ -272,21 +299,25 @@ def upstream_error(kind: str) -> None:
 class Tracer:
     """The proxy's tracer (``Proxy.tracer``; None there when traces are off)."""
 
-    def __init__(self, provider: Any, own: bool = False) -> None:
+    def __init__(self, provider: Any, own: bool = False, meters: GenAIMeters | None = None) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("streamfix", __version__)
         #: The provider is ours to flush and shut down with the app.
         self.own = own
+        #: The GenAI metrics (``otel_metrics.py``); None: off.
+        self.meters = meters
 
     def request(self, endpoint: str) -> RequestTrace | None:
         """A trace for a request to ``endpoint`` (None: no span for it)."""
         op = OPERATIONS.get(endpoint)
-        return None if op is None else RequestTrace(self.tracer, op, endpoint)
+        return None if op is None else RequestTrace(self.tracer, op, endpoint, self.meters)
 
     def shutdown(self) -> None:
         """Flush and stop the exporters (blocking: run it off the loop)."""
         if self.own:
             self.provider.shutdown()
+        if self.meters is not None:
+            self.meters.shutdown()
 
 
 @lru_cache(maxsize=256)
@@ -415,19 +446,33 @@ class RequestTrace:
         "attempts",
         "endpoint",
         "facts",
+        "first",
         "loop_cut",
+        "meters",
+        "model",
         "notes",
         "op",
         "reasks",
         "repairs",
+        "sent",
         "served",
         "span",
+        "t0",
         "token",
         "tracer",
     )
 
-    def __init__(self, tracer: Any, op: str, endpoint: str) -> None:
+    def __init__(
+        self, tracer: Any, op: str, endpoint: str, meters: GenAIMeters | None = None
+    ) -> None:
         self.tracer = tracer
+        self.meters = meters
+        #: When the request arrived, and the reply's stream first read
+        #: (``time.perf_counter``; the GenAI metrics').
+        self.t0 = time.perf_counter()
+        self.first: float | None = None
+        #: The model as the client named it (``start``).
+        self.model: str | None = None
         self.op = op
         self.endpoint = endpoint
         self.span: Span | None = None
@@ -442,6 +487,8 @@ class RequestTrace:
         #: The last attempt's facts and served model: the reply's.
         self.facts: _Facts | None = None
         self.served: str | None = None
+        #: The chain's finish reasons for the reply (``Report.finish_reasons``).
+        self.sent: dict[int, str] = {}
 
     # -- the request ---------------------------------------------------------
 
@@ -457,6 +504,7 @@ class RequestTrace:
         tenant's label, streamed or not, the caller's headers, when it
         arrived on the loop's clock), continuing the client's trace
         context; the request's hooks find it from here on."""
+        self.model = model
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": self.op,
             "gen_ai.provider.name": PROVIDER,
@@ -470,8 +518,9 @@ class RequestTrace:
         attrs.update(self.notes)
         start = None
         if arrived is not None:  # the loop's clock: the body's reading counts
-            ago = asyncio.get_running_loop().time() - arrived
-            start = time.time_ns() - int(max(0.0, ago) * 1e9)
+            ago = max(0.0, asyncio.get_running_loop().time() - arrived)
+            start = time.time_ns() - int(ago * 1e9)
+            self.t0 = time.perf_counter() - ago
         from opentelemetry import propagate
         from opentelemetry.trace import SpanKind
 
@@ -509,6 +558,8 @@ class RequestTrace:
         span = self.span
         if span is None:
             return
+        if self.meters is not None:
+            self._measure(status, error, gone, att)
         if span.is_recording():
             attrs: dict[str, Any] = {
                 "streamfix.reasks": self.reasks,
@@ -519,6 +570,9 @@ class RequestTrace:
                 attrs["gen_ai.response.model"] = self.served
             if self.facts is not None:
                 attrs.update(self.facts.attributes())
+            if self.sent:  # what the client got, after repair
+                finish = {**(self.facts.finish if self.facts else {}), **self.sent}
+                attrs["gen_ai.response.finish_reasons"] = [finish[i] for i in sorted(finish)]
             if status is not None:
                 attrs["http.response.status_code"] = status
             if gone:
@@ -533,6 +587,29 @@ class RequestTrace:
                 span.set_attribute("error.type", kind)
                 span.set_status(Status(StatusCode.ERROR, kind))
         span.end()
+
+    def _measure(
+        self, status: int | None, error: str | None, gone: bool, att: _Attempt | None
+    ) -> None:
+        """The GenAI metrics of the request (``otel_metrics.py``)."""
+        assert self.meters is not None
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": self.op,
+            "gen_ai.provider.name": PROVIDER,
+        }
+        if self.model is not None:
+            attrs["gen_ai.request.model"] = self.model
+        if self.served is not None:
+            attrs["gen_ai.response.model"] = self.served
+        if error is None and att is not None and att.error is not None and status == 200:
+            error = att.error
+        if error is None and status is not None and status >= 400:
+            error = str(status)
+        if gone:
+            error = "client_gone"
+        first = None if self.first is None else self.first - self.t0
+        usage = self.facts.usage if self.facts is not None else None
+        self.meters.record(attrs, time.perf_counter() - self.t0, error, usage, first)
 
     # -- its attempts ----------------------------------------------------------
 
@@ -586,6 +663,8 @@ class RequestTrace:
         if not probe:
             self.served = served
             self.facts = None
+            self.sent = {}
+            self.first = None
         for name in TRACE_HEADERS:
             headers.popall(name, None)
         propagate.inject(headers, context=trace.set_span_in_context(child))
@@ -619,13 +698,16 @@ class RequestTrace:
         att = self.attempt
         if att is not None and att.reads is not None:
             att.reads.append(data)
+            if self.first is None:
+                self.first = time.perf_counter()
 
     def whole(self, raw: bytes) -> None:
         """The attempt's whole reply (200): its facts."""
         att = self.attempt
-        if att is not None and att.span.is_recording():
+        if att is not None and (att.span.is_recording() or self.meters is not None):
             facts = _whole_facts(raw)
-            att.span.set_attributes(facts.attributes())
+            if att.span.is_recording():
+                att.span.set_attributes(facts.attributes())
             self.facts = facts
 
     def closed(self) -> None:
@@ -640,15 +722,18 @@ class RequestTrace:
             return
         att.closed_at = time.time_ns()
         if att.reads is not None:
-            if att.span.is_recording():
+            if att.span.is_recording() or self.meters is not None:
                 facts = _stream_facts(att.reads)
-                att.span.set_attributes(facts.attributes())
+                if att.span.is_recording():
+                    att.span.set_attributes(facts.attributes())
                 self.facts = facts
             att.reads = None
 
     def report(self, rep: Report) -> None:
-        """The chain's report of the current attempt."""
+        """The chain's report of the current attempt (the last one's finish
+        reasons are the reply's, as the client got them)."""
         self.repairs.update(rep.counts)
+        self.sent = dict(rep.finish_reasons)
         cut = rep.cut is not None
         self.loop_cut = self.loop_cut or cut
         att = self.attempt

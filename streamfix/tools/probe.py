@@ -39,8 +39,9 @@ def render(result: Probe, out: TextIO) -> None:
 
 
 def _cell(text: str) -> str:
-    """A table cell: one line, no column separators."""
-    return " ".join(text.split()).replace("|", "/")
+    """A table cell: one line; a ``|`` in it (``<|im_end|>``) escaped as
+    Markdown escapes it, so the cell shows what was sent."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def add_parser(sub: Any) -> None:

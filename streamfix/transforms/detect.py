@@ -892,7 +892,9 @@ class ToolTagDetector:
         report = self.ctx.report
         for mm in UNRECOGNISED.finditer(buf):
             if mm.end() > base:
-                report.sample_unrecognised(buf[mm.start() : mm.start() + 200])
+                # Passed as a token: if the residue step strips it, it
+                # was handled after all (``Report.handled``).
+                report.sample_unrecognised(buf[mm.start() : mm.start() + 200], mm.group())
         cut = max(buf.rfind("<"), buf.rfind("["))
         self._carry = buf[cut:] if cut >= 0 and len(buf) - cut <= _CARRY_MAX else ""
 
@@ -1063,7 +1065,8 @@ class ToolTagDetector:
         ):
             kind = "unoffered_call" if verdict == "unoffered" else "unparsed_call"
             report.count(f"stripped.{kind}")
-            report.sample_unrecognised(region)
+            if region[len(self._marker) :].strip():  # a bare marker: debris, no shape
+                report.sample_unrecognised(region)
             self._since_call = True
         else:
             self._release(out, self._gap)

@@ -83,6 +83,12 @@ that reaches several checks screens up to three of them with one search
 (``quiet``). The measured bounds are pinned by ``tests/test_repetition.py``
 and ``tests/test_faithful_structured.py``; the figures are in ``docs/repairs.md``.
 
+**An upstream's own cut.** vLLM's ``repetition_detection`` ends a looping
+stream with ``finish_reason: "repetition"``; the chain ends that turn as
+this step ends one (``upstream_cut``: ``length``, the note ``{"cut":
+"repetition", "by": "upstream"}``, counted as ``loop_cut``), with or
+without this step.
+
 **Cutting.** The text already sent stays sent; of this delta's text only
 what comes before the end of the loop's first copy is kept, so at most the
 bound above reaches the client in total.
@@ -95,7 +101,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..context import Context
+from ..context import Context, Report
 from ..delta import Delta, take_each
 
 #: Look for a loop every this many characters of a channel. Larger is
@@ -869,9 +875,30 @@ class RepetitionCutter:
         ext: dict[str, Any] = {"cut": "repetition", "period": hit[0]}
         if hit[2]:
             ext["counted"] = True
-        d.stop = True
-        d.finish_reason = "length"
-        d.ext = ext
-        report = self.ctx.report
-        report.cut = ext
-        report.count("loop_cut")
+        end_turn(d, self.ctx.report, ext)
+
+
+def end_turn(d: Delta, report: Report, ext: dict[str, Any]) -> None:
+    """End the turn as a cut loop: ``finish_reason: "length"`` (the turn
+    was stopped short, as by the token limit: every door maps it to its
+    own), the note ``ext`` on the choice, the I/O layer told to stop
+    reading, counted as ``loop_cut``."""
+    d.stop = True
+    d.finish_reason = "length"
+    d.ext = ext
+    report.cut = ext
+    report.count("loop_cut")
+
+
+#: The finish reason of an engine that cut a loop itself (vLLM's
+#: ``repetition_detection``): no OpenAI client knows it.
+UPSTREAM_CUT: Final = "repetition"
+#: The note on a turn the upstream cut (no period: the engine's own verdict).
+UPSTREAM_NOTE: Final = {"cut": "repetition", "by": "upstream"}
+
+
+def upstream_cut(d: Delta, report: Report) -> None:
+    """The upstream ended the turn with ``finish_reason: "repetition"``: it
+    ends as a loop this step cut does (``end_turn``), whichever steps run,
+    so every door shows its own loop-cut ending."""
+    end_turn(d, report, dict(UPSTREAM_NOTE))

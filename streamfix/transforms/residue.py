@@ -38,7 +38,9 @@ followed by whitespace (``MAX_PENDING``); all of it is resolved at close.
 Plain text with no ``<``, ``[`` or backtick passes as the same object.
 
 Every strip is counted as ``stripped.<kind>`` (``special_token``,
-``wrapper_tag``, ``empty_fence``). ``saw_output`` (any non-blank text or
+``wrapper_tag``, ``empty_fence``); a stripped token the detector had
+counted as unrecognised markup is taken off that count (``Report.handled``):
+the reply's report says each token was handled once, one way. ``saw_output`` (any non-blank text or
 call) lets the chain report a reply left empty as "empty after repair".
 """
 
@@ -302,6 +304,7 @@ class ResidueStripper:
                 out.append(text[pos:i])
                 if final:  # an opening tag with nothing after it: debris
                     self._count("special_token" if m.group(3) == "s" else "wrapper_tag")
+                    self.ctx.report.handled(m.group())
                     out.append(text[m.end() :])
                     return "".join(out)
                 self._held = text[i:]
@@ -337,6 +340,7 @@ class ResidueStripper:
             out.append(text[pos:i])
             pos = end
             self._count(kind)
+            self.ctx.report.handled(m.group())  # stripped: not unrecognised
         if not final:
             hold = self._partial_start(text, max(pos, seen))
             if hold < len(text):

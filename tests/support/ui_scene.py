@@ -54,6 +54,8 @@ SCRIPT: dict[str, bytes] = {
         ]
     ),
     "plain": text_stream(["Hello", " there"]),
+    # a call as text, then ChatML's end token (stripped: not unrecognised)
+    "call, then im_end": text_stream([*TEXT_CALL, "<|im_", "end|>"]),
     # JSON asked for, written as a small model does: fenced, quoted and
     # commented as Python, a trailing comma (several json_* repairs)
     "json": text_stream(

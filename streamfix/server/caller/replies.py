@@ -26,7 +26,7 @@ from ... import jsoncodec
 from ...bodyreads import BodyReads
 from ...sse import DONE_EVENT, encode_data
 from .. import record
-from ..upstream.pool import UpstreamFailure, error_body
+from ..upstream.pool import NO_RETRY, UpstreamFailure, error_body
 
 #: Largest non-streamed upstream reply read into memory (bytes). A whole
 #: completion is kilobytes, megabytes with logprobs; past this the
@@ -200,12 +200,26 @@ def calls_in(obj: dict[str, Any]) -> int:
 
 
 def failure_response(
-    f: UpstreamFailure, told: str, redact: Callable[[bytes], bytes] | None = None
+    f: UpstreamFailure,
+    told: str,
+    redact: Callable[[bytes], bytes] | None = None,
+    retried: bool = False,
 ) -> web.Response:
     """No upstream answered usably: the last one's own error (a 429 or 5xx
     with a body) relayed as ``relay_error`` would, else one made from
     ``f`` (``told``: its message as the caller hears it). The upstream's
-    ``Retry-After`` and its other relayable headers go with either."""
+    ``Retry-After`` and its other relayable headers go with either;
+    ``retried`` (streamfix asked more than once): ``x-should-retry: false``
+    too, so the SDK in front does not ask all over again."""
+    out = _failure_response(f, told, redact)
+    if retried:
+        out.headers.update(NO_RETRY)
+    return out
+
+
+def _failure_response(
+    f: UpstreamFailure, told: str, redact: Callable[[bytes], bytes] | None
+) -> web.Response:
     if f.body and f.status in (429, 500, 502, 503, 504):
         raw = redact(f.body) if redact is not None else f.body
         try:

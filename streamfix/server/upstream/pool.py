@@ -97,6 +97,10 @@ _NOT_RELAYED = HOP_BY_HOP | COOKIES | {"content-type", "date", "server"}
 
 #: Upstream statuses worth another upstream or a retry.
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+#: Sent with a failure streamfix already retried (failover, retry rounds):
+#: the OpenAI and Anthropic SDKs honour it and do not multiply the rounds
+#: (each of their retries would be ``retries + 1`` rounds again).
+NO_RETRY = {"x-should-retry": "false"}
 
 #: Different requests answered 500 by one row, with no success between,
 #: that make it rested (module doc: *Whose fault*).
@@ -397,6 +401,9 @@ class UpstreamFailure(Exception):
     #: The upstream that failed last, and what happened, without its name.
     upstream: Upstream | None = None
     detail: str = ""
+    #: Upstream requests made for it (failover and retry rounds): more
+    #: than one, and the client is told not to retry (``NO_RETRY``).
+    attempts: int = 1
 
     def __str__(self) -> str:
         return self.message
@@ -474,6 +481,7 @@ async def send(
     #: Rows that answered this request 500: not asked it again (module doc).
     went_500: set[Upstream] = set()
     request = 0
+    tried = 0
     for attempt in range(retries + 1):
         rows_now = order if order is not None else pool.order(rows)
         if went_500:
@@ -485,6 +493,7 @@ async def send(
         for up in rows_now:
             url = up.cfg.url + path
             body = body_for(up)
+            tried += 1
             try:
                 resp = await _request(
                     session,
@@ -531,6 +540,7 @@ async def send(
             if on_error is not None:
                 on_error(up, last.kind)
     assert last is not None  # the pool is never empty
+    last.attempts = tried
     raise last
 
 
