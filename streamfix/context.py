@@ -243,6 +243,12 @@ class Context:
     #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
     #: model (which also means it did not switch thinking off).
     prompt_opens_reasoning: bool = False
+    #: What the request says of thinking (``thinking_switch``): off, a
+    #: reasoning close in the reply is the answer's text, not markup.
+    thinking: bool | None = None
+    #: The request's model name ("" when none): some families' reasoning
+    #: markup is prose in other models' replies (``Reasoning.models``).
+    model: str = ""
     #: The request's ``parallel_tool_calls``: False allows one call per
     #: choice (the first emitted; the chain drops the rest, counted as
     #: ``dropped_call.parallel``).
@@ -280,6 +286,8 @@ class Context:
             report=Report(),
             reasoning_hold=max(0, hold),
             prompt_opens_reasoning=(opts.prompt_opens_reasoning or named) and switch is not False,
+            thinking=switch,
+            model=model if isinstance(model := (request or {}).get("model"), str) else "",
             parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
             json=json_spec(request),
         )

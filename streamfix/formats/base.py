@@ -104,7 +104,12 @@ class Reasoning:
       (Harmony's ``to=functions.X``), so the answer channels (``answer``)
       never hold calls: after one of their headers, JSON, a fence or a
       line of code is the answer, not a call (the detector lifts only the
-      family's own call syntax there).
+      family's own call syntax there);
+    - ``models``: regular expressions (case-insensitive, no groups) of the
+      models whose replies use this markup, when it is words other replies
+      may start with (Granite's "Here is my thought process:"): it then
+      counts only for a request to such a model, or one that asks for
+      reasoning. Empty: any reply.
     """
 
     name: str
@@ -116,6 +121,7 @@ class Reasoning:
     prefilled: bool = False
     repeats: bool = False
     calls_apart: bool = False
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import loads
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
 from .scan import UntilMarker
 
 OPEN = "<|START_ACTION|>"
@@ -46,3 +46,24 @@ class Cohere(Format):
 
 
 FORMATS: list[Format] = [Cohere()]
+
+
+# Command R7B, Command A Reasoning and Cohere2 ("North") think between
+# ``<|START_THINKING|>`` and ``<|END_THINKING|>``, then answer in
+# ``<|START_RESPONSE|>…<|END_RESPONSE|>`` (R7B) or ``<|START_TEXT|>…<|END_TEXT|>``
+# (Command A), or act (above). The reasoning templates open the thinking in
+# the prompt (vLLM ``reasoning/cohere_command_reasoning_parser.py``, SGLang's
+# cohere4 parser, llama.cpp's Command R7B and Cohere2 handlers).
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "cohere",
+        opens=("<|START_THINKING|>",),
+        closes=("<|END_THINKING|>",),
+        answer=("<|START_RESPONSE|>", "<|START_TEXT|>"),
+        ends=("<|END_RESPONSE|>", "<|END_TEXT|>"),
+        prefilled=True,
+    )
+]
+
+#: Command A Reasoning and the Cohere2 MoE models think by default.
+REASONING_MODELS = (r"command-a-reasoning", r"cohere2")

@@ -243,6 +243,10 @@ FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]
 #: request turns thinking on).
 REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill")
 
+#: DeepSeek R1 (0528 and later templates) and V4 in thinking mode open
+#: ``<think>`` in the prompt.
+PROMPT_OPENS_MODELS = (r"deepseek-r1", r"deepseek-v4")
+
 #: DeepSeek V4's wrapper-less ``<invoke>``, and the closing DSML tags in
 #: every bar spelling (``</｜DSML｜tool_calls>``), held while they may still
 #: become one.

@@ -100,8 +100,13 @@ FORMATS: list[Format] = [Mistral()]
 
 # Magistral and Ministral "Reasoning" write their thoughts between
 # ``[THINK]`` and ``[/THINK]`` at the start of the reply (mistral-common
-# ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``).
-REASONING: list[Reasoning] = [Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",))]
+# ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``). Their
+# template opens ``[THINK]`` in the prompt when thinking is on, so a reply may
+# show only ``[/THINK]``; a ``[THINK]`` after some answer text (within the
+# start's hold) opens a section too.
+REASONING: list[Reasoning] = [
+    Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",), prefilled=True, repeats=True)
+]
 
 #: Magistral (and Ministral "Reasoning") reason before answering.
 REASONING_MODELS = (r"magistral",)
