@@ -188,8 +188,19 @@ RESIDUE: list[Residue] = [
 # (the ``think`` family; vLLM ``reasoning/minimax_m2_reasoning_parser.py``);
 # M3 in ``<mm:think>…</mm:think>``, opened in the prompt when thinking is on
 # (llama.cpp's MiniMax-M3 handler, vLLM ``minimax_m3`` reasoning parser).
+# M2 thinks again between calls (interleaved thinking), and a ``</think>``
+# it writes again after the answer began is debris (vLLM's M2 parser strips
+# it): for an M2 model, its ``<think>`` sections repeat.
 REASONING: list[Reasoning] = [
-    Reasoning("minimax_m3", opens=("<mm:think>",), closes=("</mm:think>",), prefilled=True)
+    Reasoning("minimax_m3", opens=("<mm:think>",), closes=("</mm:think>",), prefilled=True),
+    Reasoning(
+        "minimax_m2",
+        opens=("<think>",),
+        closes=("</think>",),
+        prefilled=True,
+        repeats=True,
+        models=(r"minimax-m2",),
+    ),
 ]
 
 #: MiniMax M2 and M3 reason before answering by default.

@@ -149,12 +149,22 @@ class _Markup:
     calls: _Table | None
 
 
+def _markers_of(r: Reasoning) -> set[str]:
+    return {*r.opens, *r.closes, *r.answer}
+
+
 @lru_cache(maxsize=1)
-def _gated() -> tuple[tuple[str, re.Pattern[str]], ...]:
+def _gated() -> tuple[tuple[str, re.Pattern[str], bool], ...]:
     """The families whose markup counts only for their models
-    (``Reasoning.models``): (name, the models' pattern)."""
+    (``Reasoning.models``): (name, the models' pattern, whether their
+    markup is theirs alone)."""
+    shared = {m for r in all_reasoning() if not r.models for m in _markers_of(r)}
     return tuple(
-        (r.name, re.compile("|".join(f"(?:{m})" for m in r.models), re.IGNORECASE))
+        (
+            r.name,
+            re.compile("|".join(f"(?:{m})" for m in r.models), re.IGNORECASE),
+            not (_markers_of(r) & shared),
+        )
         for r in all_reasoning()
         if r.models
     )
@@ -162,8 +172,12 @@ def _gated() -> tuple[tuple[str, re.Pattern[str]], ...]:
 
 def _allowed(ctx: Context) -> frozenset[str]:
     """The gated families whose markup counts for this request: it names
-    one of their models, or switches thinking on."""
-    return frozenset(name for name, rx in _gated() if ctx.thinking is True or rx.search(ctx.model))
+    one of their models, or switches thinking on and the family's markup
+    is no other family's (a family that reads another's tags its own way,
+    as MiniMax M2 does ``</think>``, counts for its models only)."""
+    return frozenset(
+        name for name, rx, own in _gated() if rx.search(ctx.model) or (own and ctx.thinking is True)
+    )
 
 
 def _call_markers(skip: set[str]) -> list[str]:
@@ -175,7 +189,11 @@ def _call_markers(skip: set[str]) -> list[str]:
 @lru_cache(maxsize=8)
 def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
     kinds: dict[str, tuple[int, Reasoning]] = {}
-    families = [r for r in all_reasoning() if not r.models or r.name in allowed]
+    # A gated family that shares markers reads them its way: it comes last.
+    families = sorted(
+        (r for r in all_reasoning() if not r.models or r.name in allowed),
+        key=lambda r: bool(r.models),
+    )
     for r in families:
         if r.prefilled:
             for m in r.closes:
@@ -683,3 +701,4 @@ class ReasoningSplitter:
 
 
 on_change(_markup.cache_clear)  # a format plugin's REASONING joins the markup
+on_change(_gated.cache_clear)
