@@ -53,7 +53,6 @@ _SIBLINGS = "one call of several lost"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
-_LABEL = "label left in content"
 
 KNOWN: dict[str, str] = {
     # whitespace only
@@ -215,9 +214,6 @@ KNOWN: dict[str, str] = {
         )
         for n in (2, 3, 4, 5, 6)
     },
-    "llamacpp/command-r-plus-2": _open(
-        _LABEL, "Command R+ 'Action:' before its ```json call block is left in content"
-    ),
     # --- SGLang's newer per-detector suites
     "sglang/gptoss-text-then-call": _BLANKS,
     "sglang/mistral2-compact-text-before": _BLANKS,
