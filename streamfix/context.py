@@ -160,7 +160,8 @@ class Report:
 
 def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` or ``thinking`` (the templates' two spellings);
+    ``enable_thinking`` or ``thinking`` (the templates' spellings; MiniMax
+    M3's ``thinking_mode``: ``"enabled"``/``"disabled"``);
     else False when the latest user or system message that writes the
     soft switch writes ``/no_think`` (after any ``/think``); None when it
     says nothing."""
@@ -169,6 +170,9 @@ def thinking_switch(request: dict[str, Any]) -> bool | None:
         for key in ("enable_thinking", "thinking"):
             if isinstance(kwargs.get(key), bool):
                 return bool(kwargs[key])
+        mode = kwargs.get("thinking_mode")  # MiniMax M3's template
+        if mode in ("enabled", "disabled"):
+            return bool(mode == "enabled")
     messages = request.get("messages")
     if not isinstance(messages, list):
         return None

@@ -203,5 +203,6 @@ REASONING: list[Reasoning] = [
     ),
 ]
 
-#: MiniMax M2 and M3 reason before answering by default.
-REASONING_MODELS = (r"minimax-m[23]",)
+#: MiniMax M2 reasons before answering by default (M3 when the request
+#: turns thinking on: ``thinking_mode: "enabled"``).
+REASONING_MODELS = (r"minimax-m2",)
