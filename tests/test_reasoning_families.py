@@ -93,6 +93,22 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         [],
     ),
     (
+        "minimax-m3-thinking-mode",
+        "plan</mm:think>answer",
+        {**req("MiniMaxAI/MiniMax-M3"), "chat_template_kwargs": {"thinking_mode": "enabled"}},
+        "answer",
+        "plan",
+        [],
+    ),
+    (
+        "minimax-m3-not-reasoning-by-default",
+        "XXX</mm:think>YYY",
+        req("MiniMaxAI/MiniMax-M3"),
+        "XXXYYY",  # the stray close is stripped, as any family's
+        "",
+        [],
+    ),
+    (
         "gemma4-no-header",
         "This should be reasoning<channel|>The answer.",
         req("google/gemma-4-31B-it", thinking=True),
