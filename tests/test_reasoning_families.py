@@ -38,7 +38,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
     # (id, text, request, content, reasoning, calls)
     (
         "cohere-thinking",
-        "<|START_THINKING|>I'm\nthinking<|END_THINKING|><|START_RESPONSE|>Hi!<|END_RESPONSE|>",
+        "<|START_THINKING|>I'm\nthinking<|END_THINKING|><|START_RESPONSE|>Hi!\n<|END_RESPONSE|>",
         req("CohereForAI/c4ai-command-r7b-12-2024"),
         "Hi!",
         "I'm\nthinking",
@@ -167,9 +167,9 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
     ),
     (
         "hunyuan-answer-wrapper",
-        "<think>\nplan\n</think>\n<answer>\nThe rest</answer>",
+        "<think>\nplan\n</think>\n<answer>\nThe rest\n\nmore\n</answer>",
         req("tencent/Hunyuan-A13B-Instruct"),
-        "The rest",
+        "The rest\n\nmore",  # the blanks before </answer> are layout
         "plan",
         [],
     ),

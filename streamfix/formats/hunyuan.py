@@ -70,6 +70,7 @@ REASONING: list[Reasoning] = [
         opens=("<think>",),
         closes=("</think>",),
         answer=("<answer>",),
+        ends=("</answer>",),
         models=(r"hunyuan", r"\bhy-?\d"),
     )
 ]

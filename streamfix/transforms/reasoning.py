@@ -147,6 +147,11 @@ class _Markup:
     #: The markers of the wrapped call formats (family tokens, wrapper
     #: tags): a call there may end unclosed reasoning (``_drafting``).
     calls: _Table | None
+    #: The families' answer ends (``Reasoning.ends``): the blanks before
+    #: one are layout (``_ends``).
+    ends: _Table | None
+    #: Blanks right before an answer end.
+    blank_ends: re.Pattern[str] | None
 
 
 def _markers_of(r: Reasoning) -> set[str]:
@@ -206,6 +211,7 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
     leading = {m for r in families for m in r.leading}
     calls = _call_markers({m for r in families for m in (*r.opens, *r.closes, *r.answer)})
     call_table = _Table.of(calls) if calls else None
+    ends = [m for r in families for m in r.ends]
     return _Markup(
         kinds=kinds,
         start=_Table.of(markers),
@@ -213,6 +219,8 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
         closes={r.name: _Table.of(list(r.closes)) for r in families},
         unopened_close=max(len(m) for m, (k, _) in kinds.items() if k == _CLOSE),
         calls=call_table,
+        ends=_Table.of(ends) if ends else None,
+        blank_ends=re.compile(r"\s+(?=" + _alternation(ends).pattern + ")") if ends else None,
     )
 
 
@@ -241,6 +249,7 @@ class ReasoningSplitter:
         "_closed",
         "_code",
         "_draft",
+        "_ends",
         "_family",
         "_held",
         "_hold_max",
@@ -279,6 +288,10 @@ class ReasoningSplitter:
         #: THINK: the reasoning from a call marker on, held while it may be
         #: a call that ends the reply (``_drafting``); None: not held.
         self._draft: str | None = None
+        #: An answer header of a family that ends its answer with markup
+        #: (``Reasoning.ends``) went by: the blanks before that markup are
+        #: layout, held until it is known whether it follows.
+        self._ends = False
         #: Held text outgrew ``DRAFT_MAX``: this reasoning holds no calls.
         self._nodraft = not (ctx.lifts and self._m.calls is not None)
         #: The template opened the reasoning in the prompt: the request
@@ -306,14 +319,18 @@ class ReasoningSplitter:
             if not first or self._m.start.first.match(first):
                 return False
             self._to_text(lead=False)
-        if self._state != _TEXT or self._held or self._lead or "<" in text:
+        if self._state != _TEXT or self._held or self._lead or self._ends or "<" in text:
             return False
         self._code.note(text)
         return True
 
     def feed_texts(self, texts: list[str], joined: str) -> int:
         """A run of texts for the lane: all, or one by one."""
-        if self._state == _TEXT and not self._held and not self._lead and "<" not in joined:
+        if (
+            self._state == _TEXT
+            and not (self._held or self._lead or self._ends)
+            and "<" not in joined
+        ):
             self._code.note(joined)
             return len(texts)
         return take_each(self.feed_text, texts)
@@ -345,7 +362,11 @@ class ReasoningSplitter:
         if not text and not (final and (self._held or self._draft is not None)):
             return
         text = text or ""
-        if self._state == _TEXT and not self._held and not self._lead and "<" not in text:
+        if (
+            self._state == _TEXT
+            and not (self._held or self._lead or self._ends)
+            and "<" not in text
+        ):
             self._code.note(text)
             return  # the fast path: nothing to look at, same object
         content: list[str] = []
@@ -420,6 +441,8 @@ class ReasoningSplitter:
         kind, family = self._m.kinds[marker]
         if kind == _ANSWER and family.calls_apart:
             self._answer = True
+        if kind == _ANSWER and family.ends and self._m.ends is not None:
+            self._ends = True
         if kind == _OPEN:
             self._state = _THINK
             self._family = family
@@ -674,6 +697,8 @@ class ReasoningSplitter:
 
     def _outside(self, s: str, content: list[str], final: bool) -> str:
         table = self._m.text
+        if self._ends and self._m.blank_ends is not None:
+            s = self._m.blank_ends.sub("", s)  # the blanks before an answer end
         pos = 0
         while True:
             m = table.pattern.search(s, pos)
@@ -693,11 +718,22 @@ class ReasoningSplitter:
             self._marker(m.group())
             return s[m.end() :]
         keep = 0 if final else table.partial(s)
+        if self._ends and not final and self._m.ends is not None:
+            keep = self._end_keep(s, keep, self._m.ends)
         out = s[: len(s) - keep]
         self._code.note(out)
         self._content(out, content)
         self._held = s[len(s) - keep :]
         return ""
+
+    @staticmethod
+    def _end_keep(s: str, keep: int, ends: _Table) -> int:
+        """How much of the end of ``s`` to hold after an answer header of a
+        family with answer ends: a marker's prefix, and the blanks before
+        it (at most ``MAX_BLANK_HOLD``), which are layout if an end follows."""
+        keep = max(keep, ends.partial(s))
+        blanks = _blank_tail(s[: len(s) - keep])
+        return keep + (blanks if blanks <= MAX_BLANK_HOLD else 0)
 
 
 on_change(_markup.cache_clear)  # a format plugin's REASONING joins the markup
