@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall, Residue
+from .base import EndFinder, Format, RawCall, Reasoning, Residue
 from .scan import UntilMarker
 
 _SEPS = ("▁", "_", " ", "\\_")
@@ -255,7 +255,22 @@ FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]
 
 #: DeepSeek R1 and its distills reason by default (V3.1+ only when the
 #: request turns thinking on).
-REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill")
+REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill", r"step-?3")
+
+# StepFun Step-3 and 3.5 reason by default in ``<think>`` tags their
+# template opens in the prompt, and think again after some answer text
+# (vLLM ``reasoning/step3p5_reasoning_parser.py``): for a Step model, the
+# sections repeat.
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "step3",
+        opens=("<think>",),
+        closes=("</think>",),
+        prefilled=True,
+        repeats=True,
+        models=(r"step-?3",),
+    )
+]
 
 #: DeepSeek R1 (0528 and later templates) and V4 in thinking mode open
 #: ``<think>`` in the prompt.
