@@ -246,6 +246,7 @@ class ReasoningSplitter:
 
     __slots__ = (
         "_answer",
+        "_call_at",
         "_closed",
         "_code",
         "_draft",
@@ -288,6 +289,9 @@ class ReasoningSplitter:
         #: THINK: the reasoning from a call marker on, held while it may be
         #: a call that ends the reply (``_drafting``); None: not held.
         self._draft: str | None = None
+        #: START: where the first call marker in the hold is (-1: none can
+        #: be; None: not known yet), see ``_start_call``.
+        self._call_at: int | None = None
         #: An answer header of a family that ends its answer with markup
         #: (``Reasoning.ends``) went by: the blanks before that markup are
         #: layout, held until it is known whether it follows.
@@ -562,11 +566,16 @@ class ReasoningSplitter:
             return None
         if len(s) > DRAFT_MAX:
             return None
+        if self._call_at is not None:
+            return self._call_at if self._call_at >= 0 else None
         for c in calls.pattern.finditer(s, 0, min(len(s), hold + calls.longest)):
             if c.start() >= hold:
-                return None
+                break
             if not CodeSpans().inside_at(s, c.start()):
+                self._call_at = c.start()  # the held text only grows: it stays
                 return c.start()
+        if len(s) >= hold + calls.longest:
+            self._call_at = -1  # none can start within the hold any more
         return None
 
     def _cut_is_reasoning(self, s: str) -> bool:
