@@ -229,6 +229,30 @@ def _blank_tail(s: str) -> int:
     return len(s) - len(s.rstrip())
 
 
+class _Parts:
+    """Text held piece by piece, joined once when it is decided (a held
+    call region costs O(delta) per piece, not a copy of all held so far);
+    ``tail`` keeps its last characters, where a marker may have begun."""
+
+    __slots__ = ("_keep", "parts", "size", "tail")
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self.parts: list[str] = []
+        self.size = 0
+        self.tail = ""
+
+    def add(self, s: str) -> None:
+        self.parts.append(s)
+        self.size += len(s)
+        self.tail = (self.tail + s)[-self._keep :] if self._keep > 0 else ""
+
+    def text(self) -> str:
+        joined = "".join(self.parts)
+        self.parts = [joined]
+        return joined
+
+
 def _only_calls(ctx: Context, text: str) -> bool:
     """Whether ``text`` is calls the detector lifts, with nothing but
     blanks around them and no markup it would strip (a fresh detector on
@@ -259,6 +283,7 @@ class ReasoningSplitter:
         "_nodraft",
         "_opened",
         "_said",
+        "_sdraft",
         "_searched",
         "_skipped",
         "_state",
@@ -288,7 +313,10 @@ class ReasoningSplitter:
         self._answer = False
         #: THINK: the reasoning from a call marker on, held while it may be
         #: a call that ends the reply (``_drafting``); None: not held.
-        self._draft: str | None = None
+        self._draft: _Parts | None = None
+        #: START: the held start of a reply from a call marker on (the
+        #: template opened the reasoning: ``_start_drafting``).
+        self._sdraft: _Parts | None = None
         #: START: where the first call marker in the hold is (-1: none can
         #: be; None: not known yet), see ``_start_call``.
         self._call_at: int | None = None
@@ -363,7 +391,8 @@ class ReasoningSplitter:
         text = d.content
         if self._state == _START and d.reasoning and not self._held:
             self._to_text(lead=False, said=False)  # the upstream separates reasoning
-        if not text and not (final and (self._held or self._draft is not None)):
+        drafts = self._draft is not None or self._sdraft is not None
+        if not text and not (final and (self._held or drafts)):
             return
         text = text or ""
         if (
@@ -378,15 +407,15 @@ class ReasoningSplitter:
         s = self._held + text
         self._held = ""
         cut = final and d.finish_reason == "length"
-        while s:
-            if self._state == _START:
+        while s or (final and (self._draft is not None or self._sdraft is not None)):
+            if self._sdraft is not None:
+                s = self._start_drafting(s, content, reasoning, final, cut)
+            elif self._state == _START:
                 s = self._start(s, content, reasoning, final, cut)
             elif self._state == _THINK:
                 s = self._inside(s, content, reasoning, final, cut)
             else:
                 s = self._outside(s, content, final)
-        if final and self._draft is not None:
-            self._drafting("", content, reasoning, final, cut)
         new_content = "".join(content)
         if new_content != text:
             d.content = new_content
@@ -474,8 +503,9 @@ class ReasoningSplitter:
         if m is None and self._start_call(s, hold) is not None:
             # A call may end the reasoning the prompt opened (``_split_calls``).
             if not final:
-                self._held = s
                 self._searched = len(s)
+                self._sdraft = _Parts(table.longest - 1)
+                self._sdraft.add(s)
                 return ""
             if not cut and self._split_calls(s, self._start_call(s, hold) or 0, content, reasoning):
                 self.ctx.report.prompt_opened_reasoning = True
@@ -521,6 +551,38 @@ class ReasoningSplitter:
             return ""
         self._to_text(lead=False)
         return s
+
+    def _start_drafting(
+        self, s: str, content: list[str], reasoning: list[str], final: bool, cut: bool
+    ) -> str:
+        """The held start of a reply once a call marker came in it (``_start``
+        held it for ``_split_calls``): held piece by piece until markup that
+        decides the start comes, it outgrows ``DRAFT_MAX`` (then the start
+        is read as without a call), or the reply ends (the calls may end the
+        reasoning). Reads as ``_start`` would read the whole text."""
+        draft = self._sdraft
+        assert draft is not None
+        hit = self._m.start.pattern.search(draft.tail + s) is not None
+        draft.add(s)
+        if hit and self._first_marker(draft.text(), self._hold_max) is not None:
+            return self._undraft(content, reasoning, final, cut)
+        if draft.size > DRAFT_MAX:
+            return self._undraft(content, reasoning, final, cut)
+        if not final:
+            return ""
+        if not cut and self._split_calls(draft.text(), self._call_at or 0, content, reasoning):
+            self._sdraft = None
+            self.ctx.report.prompt_opened_reasoning = True
+            return ""
+        return self._undraft(content, reasoning, final, cut)
+
+    def _undraft(self, content: list[str], reasoning: list[str], final: bool, cut: bool) -> str:
+        """The held start goes to ``_start`` whole, with no call held again."""
+        assert self._sdraft is not None
+        s = self._sdraft.text()
+        self._sdraft = None
+        self._nodraft = True
+        return self._start(s, content, reasoning, final, cut)
 
     def _first_marker(self, s: str, hold: int) -> re.Match[str] | None:
         """The first markup in the held start of a reply that decides it:
@@ -604,7 +666,7 @@ class ReasoningSplitter:
         c = self._draft_at(s, len(s) if m is None else m.start())
         if c is not None:
             self._reasoning(s[:c], reasoning)
-            self._draft = ""
+            self._draft = _Parts(table.longest - 1)
             return self._drafting(s[c:], content, reasoning, final, cut)
         if m is not None:
             self._reasoning(s[: m.start()].rstrip(), reasoning)
@@ -664,22 +726,26 @@ class ReasoningSplitter:
         the reasoning ended where they begin (the engines' parsers end the
         reasoning at a call's token). Longer than ``DRAFT_MAX``: reasoning."""
         assert self._family is not None and self._draft is not None
-        d = self._draft + s
+        draft = self._draft
         table = self._m.closes[self._family.name]
-        m = table.pattern.search(d, max(0, len(self._draft) - table.longest + 1))
+        window = draft.tail + s
+        m = table.pattern.search(window)
         if m is not None:
+            d = draft.text() + s
+            at = len(d) - len(window) + m.start()
             self._draft = None
-            self._reasoning(d[: m.start()].rstrip(), reasoning)
+            self._reasoning(d[:at].rstrip(), reasoning)
             self._to_text(lead=True)
             self._closed = True
-            return d[m.end() :]
-        if len(d) > DRAFT_MAX:
+            return d[at + len(m.group()) :]
+        draft.add(s)
+        if draft.size > DRAFT_MAX:
             self._draft = None
             self._nodraft = True
-            return d
+            return draft.text()
         if not final:
-            self._draft = d
             return ""
+        d = draft.text()
         self._draft = None
         if cut or not self._split_calls(d, 0, content, reasoning):
             self._reasoning(d, reasoning)
