@@ -89,9 +89,10 @@ class Reasoning:
     - ``ends``: markup that ends an answer or a message: left to the
       residue stripper, which runs after the calls are lifted (such a
       marker inside a call's argument is data);
-    - ``leading``: those of ``opens`` and ``answer`` that count only at the
-      start of the reply (later, the family writes a longer form, and the
-      short one may be part of a call's header);
+    - ``leading``: those of ``opens``, ``answer`` and (``prefilled``)
+      ``closes`` that count only at the start of the reply (later, the
+      family writes a longer form, and the short one may be part of a
+      call's header or string);
     - ``prefilled``: the chat template may open the reasoning in the
       prompt, so a reply can start inside it and show only a close: all
       before that close is reasoning;

@@ -90,10 +90,12 @@ class CommandRPlus(Format):
     name: ClassVar[str] = "command_r_plus"
     markers: ClassVar[tuple[str, ...]] = (ACTION,)
     wrapped: ClassVar[bool] = False
-    line_start: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
         return _ActionEnd(len(marker))
+
+    def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
+        return Fenced().partial_is_call(region, tools)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(ACTION):

@@ -222,6 +222,9 @@ REASONING: list[Reasoning] = [
         "gemma4",
         opens=("<|channel>thought", "<|channel>"),
         closes=("<channel|>",),
+        # A ``<channel|>`` later in the reply (one in a call's string) is
+        # not the end of reasoning the prompt opened: left to the residue.
+        leading=("<channel|>",),
         prefilled=True,
     )
 ]
