@@ -371,7 +371,7 @@ class ReasoningSplitter:
         """The reasoning lane (``delta.TextLane``): reasoning from the
         upstream means it separates reasoning itself (``_run``); nothing
         else of a reasoning-only delta concerns the splitter."""
-        if text and self._state == _START and not self._held:
+        if text and self._state == _START and not self._held and self._sdraft is None:
             self._to_text(lead=False, said=False)
         return True
 
@@ -389,7 +389,7 @@ class ReasoningSplitter:
 
     def _run(self, d: Delta, final: bool) -> None:
         text = d.content
-        if self._state == _START and d.reasoning and not self._held:
+        if self._state == _START and d.reasoning and not self._held and self._sdraft is None:
             self._to_text(lead=False, said=False)  # the upstream separates reasoning
         drafts = self._draft is not None or self._sdraft is not None
         if not text and not (final and (self._held or drafts)):
