@@ -160,7 +160,8 @@ class Report:
 
 def thinking_switch(request: dict[str, Any]) -> bool | None:
     """What the request says of thinking: ``chat_template_kwargs``
-    ``enable_thinking`` or ``thinking`` (the templates' two spellings);
+    ``enable_thinking`` or ``thinking`` (the templates' spellings; MiniMax
+    M3's ``thinking_mode``: ``"enabled"``/``"disabled"``);
     else False when the latest user or system message that writes the
     soft switch writes ``/no_think`` (after any ``/think``); None when it
     says nothing."""
@@ -169,6 +170,9 @@ def thinking_switch(request: dict[str, Any]) -> bool | None:
         for key in ("enable_thinking", "thinking"):
             if isinstance(kwargs.get(key), bool):
                 return bool(kwargs[key])
+        mode = kwargs.get("thinking_mode")  # MiniMax M3's template
+        if mode in ("enabled", "disabled"):
+            return bool(mode == "enabled")
     messages = request.get("messages")
     if not isinstance(messages, list):
         return None
@@ -243,6 +247,12 @@ class Context:
     #: (``Options.prompt_opens_reasoning``), or the request asks a reasoning
     #: model (which also means it did not switch thinking off).
     prompt_opens_reasoning: bool = False
+    #: What the request says of thinking (``thinking_switch``): off, a
+    #: reasoning close in the reply is the answer's text, not markup.
+    thinking: bool | None = None
+    #: The request's model name ("" when none): some families' reasoning
+    #: markup is prose in other models' replies (``Reasoning.models``).
+    model: str = ""
     #: The request's ``parallel_tool_calls``: False allows one call per
     #: choice (the first emitted; the chain drops the rest, counted as
     #: ``dropped_call.parallel``).
@@ -280,6 +290,8 @@ class Context:
             report=Report(),
             reasoning_hold=max(0, hold),
             prompt_opens_reasoning=(opts.prompt_opens_reasoning or named) and switch is not False,
+            thinking=switch,
+            model=model if isinstance(model := (request or {}).get("model"), str) else "",
             parallel_tool_calls=(request or {}).get("parallel_tool_calls") is not False,
             json=json_spec(request),
         )

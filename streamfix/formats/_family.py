@@ -254,6 +254,11 @@ class Steps:
         self._k = 0
 
     @property
+    def part(self) -> int:
+        """The index of the part now being read."""
+        return self._k
+
+    @property
     def complete(self) -> bool:
         """True when every required part is done (only optional trailing
         tokens are still awaited): at the end of the stream the region is a

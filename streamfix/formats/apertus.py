@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import Json, Opt, Steps, loads, strip_trailer
-from .base import EndFinder, Format, RawCall
+from .base import EndFinder, Format, RawCall, Reasoning
 
 OPEN = "<|tools_prefix|>"
 CLOSE = "<|tools_suffix|>"
@@ -46,3 +46,17 @@ class Apertus(Format):
 
 
 FORMATS: list[Format] = [Apertus()]
+
+
+# Apertus thinks in ``<|inner_prefix|>…<|inner_suffix|>`` blocks, which may
+# come again between pieces of the answer; the template can open the first
+# in the prompt (SGLang's ``apertus`` reasoning parser, llama.cpp's handler).
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "apertus",
+        opens=("<|inner_prefix|>",),
+        closes=("<|inner_suffix|>",),
+        prefilled=True,
+        repeats=True,
+    )
+]

@@ -89,9 +89,10 @@ class Reasoning:
     - ``ends``: markup that ends an answer or a message: left to the
       residue stripper, which runs after the calls are lifted (such a
       marker inside a call's argument is data);
-    - ``leading``: those of ``opens`` and ``answer`` that count only at the
-      start of the reply (later, the family writes a longer form, and the
-      short one may be part of a call's header);
+    - ``leading``: those of ``opens``, ``answer`` and (``prefilled``)
+      ``closes`` that count only at the start of the reply (later, the
+      family writes a longer form, and the short one may be part of a
+      call's header or string);
     - ``prefilled``: the chat template may open the reasoning in the
       prompt, so a reply can start inside it and show only a close: all
       before that close is reasoning;
@@ -104,7 +105,12 @@ class Reasoning:
       (Harmony's ``to=functions.X``), so the answer channels (``answer``)
       never hold calls: after one of their headers, JSON, a fence or a
       line of code is the answer, not a call (the detector lifts only the
-      family's own call syntax there).
+      family's own call syntax there);
+    - ``models``: regular expressions (case-insensitive, no groups) of the
+      models whose replies use this markup, when it is words other replies
+      may start with (Granite's "Here is my thought process:"): it then
+      counts only for a request to such a model, or one that asks for
+      reasoning. Empty: any reply.
     """
 
     name: str
@@ -116,6 +122,7 @@ class Reasoning:
     prefilled: bool = False
     repeats: bool = False
     calls_apart: bool = False
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

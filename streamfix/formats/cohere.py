@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import loads
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, Reasoning, calls_from_value
+from .fenced import FENCE, Fenced, FenceFinder
 from .scan import UntilMarker
 
 OPEN = "<|START_ACTION|>"
@@ -45,4 +46,83 @@ class Cohere(Format):
         return calls_from_value(_without_ids(value)) if value is not None else None
 
 
-FORMATS: list[Format] = [Cohere()]
+#: Command R+ writes its calls as ``Action:`` then a fenced JSON list
+#: (llama.cpp's Command R+ handler): the label goes with the call.
+ACTION = "Action:"
+
+
+class _ActionEnd:
+    """After the label: blanks, then a fence the fenced format reads as a
+    call (anything else, or a fence in another language: not this)."""
+
+    __slots__ = ("_fence", "_seen", "_skip")
+
+    def __init__(self, skip: int) -> None:
+        self._skip = skip
+        self._seen = 0  # characters read after the label
+        self._fence: FenceFinder | None = None
+
+    def feed(self, text: str) -> int | None:
+        i = 0
+        if self._skip:
+            i = min(self._skip, len(text))
+            self._skip -= i
+            if self._skip:
+                return None
+        if self._fence is None:
+            while i < len(text) and text[i].isspace():
+                i += 1
+                self._seen += 1
+                if self._seen > 8:
+                    return ABORT
+            if i == len(text):
+                return None
+            if not text.startswith(FENCE[: len(text) - i], i):
+                return ABORT
+            self._fence = FenceFinder()
+        r = self._fence.feed(text[i:])
+        if r is None:
+            return None
+        return ABORT if r < 0 else i + r
+
+
+class CommandRPlus(Format):
+    name: ClassVar[str] = "command_r_plus"
+    markers: ClassVar[tuple[str, ...]] = (ACTION,)
+    wrapped: ClassVar[bool] = False
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return _ActionEnd(len(marker))
+
+    def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
+        return Fenced().partial_is_call(region, tools)
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(ACTION):
+            return None
+        fence = region[len(ACTION) :].lstrip()
+        return Fenced().parse(fence, tools) if fence.startswith(FENCE) else None
+
+
+FORMATS: list[Format] = [Cohere(), CommandRPlus()]
+
+
+# Command R7B, Command A Reasoning and Cohere2 ("North") think between
+# ``<|START_THINKING|>`` and ``<|END_THINKING|>``, then answer in
+# ``<|START_RESPONSE|>…<|END_RESPONSE|>`` (R7B) or ``<|START_TEXT|>…<|END_TEXT|>``
+# (Command A), or act (above). The reasoning templates open the thinking in
+# the prompt (vLLM ``reasoning/cohere_command_reasoning_parser.py``, SGLang's
+# cohere4 parser, llama.cpp's Command R7B and Cohere2 handlers).
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "cohere",
+        opens=("<|START_THINKING|>",),
+        closes=("<|END_THINKING|>",),
+        answer=("<|START_RESPONSE|>", "<|START_TEXT|>"),
+        ends=("<|END_RESPONSE|>", "<|END_TEXT|>"),
+        prefilled=True,
+    )
+]
+
+#: Command A Reasoning and the Cohere2 MoE models think by default.
+REASONING_MODELS = (r"command-a-reasoning", r"cohere2")

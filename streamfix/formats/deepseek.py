@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import Header, Steps, Until, loads, python_calls, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall, Residue
+from .base import EndFinder, Format, RawCall, Reasoning, Residue
 from .scan import UntilMarker
 
 _SEPS = ("▁", "_", " ", "\\_")
@@ -82,18 +82,32 @@ _STEP_PARAM = re.compile(
 )
 
 
+#: What may come before a Step-3 invoke inside its call tokens: nothing
+#: (vLLM's tests), ``function<｜tool_sep｜>`` (SGLang's), or that and the
+#: name on its own line (vLLM's ``function<｜tool_sep｜>NAME\n``).
+_STEP_HEAD = re.compile(r"\s*(?:(?:function)?\s*" + _alt(SEP) + r"\s*(?:[\w.\-:/]+\s*)?)?")
+
+
+def _step_call(body: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
+    """A Step-3 call: one steptml invoke after its optional header. A
+    string value keeps its blanks (they are data: an edit tool's exact
+    match); other values are read as JSON around them."""
+
+    def value(m: re.Match[str], name: str) -> Any:
+        return typed_value(m.group(2), tools, name, m.group(1).strip())
+
+    step = xml_calls(body, _STEP_INVOKE, _STEP_PARAM, value)
+    return step[0] if step and len(step) == 1 else None
+
+
 def _call(body: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
+    invoke = body.find("<steptml:invoke")
+    if invoke >= 0 and _STEP_HEAD.fullmatch(body, 0, invoke):
+        return _step_call(body[invoke:], tools)
     parts = _SEP.split(body, maxsplit=1)
     if len(parts) != 2:
         return None
     head, rest = parts[0].strip(), parts[1]
-    if rest.lstrip().startswith("<steptml:invoke"):
-
-        def value(m: re.Match[str], name: str) -> Any:
-            return typed_value(m.group(2).strip(), tools, name, m.group(1).strip())
-
-        step = xml_calls(rest, _STEP_INVOKE, _STEP_PARAM, value)
-        return step[0] if step and len(step) == 1 else None
     if head in ("function", "") and not rest.lstrip().startswith("{"):
         # V3: type, then the name on its own line, then fenced JSON.
         name, _, args = rest.lstrip().partition("\n")
@@ -241,7 +255,26 @@ FORMATS: list[Format] = [ToolCalls(), Dsml(), DsmlInvoke()]
 
 #: DeepSeek R1 and its distills reason by default (V3.1+ only when the
 #: request turns thinking on).
-REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill")
+REASONING_MODELS = (r"deepseek-r1", r"\br1\b", r"r1-distill", r"step-?3")
+
+# StepFun Step-3 and 3.5 reason by default in ``<think>`` tags their
+# template opens in the prompt, and think again after some answer text
+# (vLLM ``reasoning/step3p5_reasoning_parser.py``): for a Step model, the
+# sections repeat.
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "step3",
+        opens=("<think>",),
+        closes=("</think>",),
+        prefilled=True,
+        repeats=True,
+        models=(r"step-?3",),
+    )
+]
+
+#: DeepSeek R1 (0528 and later templates) and V4 in thinking mode open
+#: ``<think>`` in the prompt.
+PROMPT_OPENS_MODELS = (r"deepseek-r1", r"deepseek-v4")
 
 #: DeepSeek V4's wrapper-less ``<invoke>``, and the closing DSML tags in
 #: every bar spelling (``</｜DSML｜tool_calls>``), held while they may still

@@ -213,12 +213,28 @@ FORMATS: list[Format] = [Gemma4(), FunctionGemma()]
 
 # Gemma 4's thought channel: ``<|channel>thought\n…<channel|>`` before the
 # answer (vLLM ``reasoning/gemma4_reasoning_parser.py``). With thinking off
-# the template writes an empty one in the prompt.
+# the template writes an empty one in the prompt. The channel may open
+# without its ``thought`` header, or in the prompt (thinking on: only
+# ``<channel|>`` shows); an empty channel the model writes again after the
+# answer is debris (llama.cpp's Gemma 4 handler).
 REASONING: list[Reasoning] = [
-    Reasoning("gemma4", opens=("<|channel>thought",), closes=("<channel|>",))
+    Reasoning(
+        "gemma4",
+        opens=("<|channel>thought", "<|channel>"),
+        closes=("<channel|>",),
+        # A ``<channel|>`` later in the reply (one in a call's string) is
+        # not the end of reasoning the prompt opened: left to the residue.
+        leading=("<channel|>",),
+        prefilled=True,
+    )
 ]
 
-#: Gemma's turn tokens and FunctionGemma's call tokens, written as words.
+#: Gemma's turn tokens and FunctionGemma's call tokens, written as words;
+#: a channel open left after the answer (its header with it).
 RESIDUE: list[Residue] = [
-    Residue(words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call"))
+    Residue(words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call")),
+    Residue(
+        tokens=(r"<\|channel>(?:thought)?",),
+        partials=(r"<\|channel>(?:t(?:h(?:o(?:u(?:g(?:h)?)?)?)?)?)?\Z",),
+    ),
 ]

@@ -164,3 +164,7 @@ FORMATS: list[Format] = [Glm()]
 
 #: GLM 4.5 and later reason by default.
 REASONING_MODELS = (r"glm-?4\.[5-9]", r"glm-?[5-9]")
+
+#: GLM 4.7 and 5 open ``<think>`` in the prompt; so does Ling 3, which
+#: writes GLM's calls.
+PROMPT_OPENS_MODELS = (r"glm-?4\.[7-9]", r"glm-?[5-9]", r"ling-?3")

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import Json, Steps, loads
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import EndFinder, Format, RawCall, Reasoning, calls_from_value
 
 MARKER = "<|tool_call|>"
 
@@ -35,3 +35,20 @@ class Granite(Format):
 
 
 FORMATS: list[Format] = [Granite()]
+
+
+# Granite 3.2 with thinking on writes its reasoning as two prose sections,
+# "Here is my thought process:" then "Here is my response:" (vLLM
+# ``reasoning/granite_reasoning_parser.py``). Other replies may begin with
+# these words: they count only for a Granite model, or a request that turns
+# thinking on.
+_THOUGHT = ("Here is my thought process:", "Here's my thought process:")
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "granite",
+        opens=_THOUGHT,
+        closes=("Here is my response:", "Here's my response:"),
+        leading=_THOUGHT,
+        models=(r"granite",),
+    )
+]

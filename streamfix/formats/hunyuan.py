@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import contiguous
-from .base import EndFinder, Format, RawCall, lead_shape
+from .base import EndFinder, Format, RawCall, Reasoning, Residue, lead_shape
 from .glm import kv_calls
 from .scan import UntilMarker
 
@@ -58,3 +58,21 @@ class Hunyuan(Format):
 
 
 FORMATS: list[Format] = [Hunyuan()]
+
+
+# Hunyuan A13B answers in ``<think>…</think><answer>…</answer>`` (vLLM
+# ``reasoning/hunyuan_a13b_reasoning_parser.py``): the ``<answer>`` header
+# is dropped for a Hunyuan model (other models' ``<answer>`` tags are their
+# text); its ``</answer>``, then unmatched, is debris (also after a call).
+REASONING: list[Reasoning] = [
+    Reasoning(
+        "hunyuan",
+        opens=("<think>",),
+        closes=("</think>",),
+        answer=("<answer>",),
+        ends=("</answer>",),
+        models=(r"hunyuan", r"\bhy-?\d"),
+    )
+]
+
+RESIDUE: list[Residue] = [Residue(wrappers=("answer",))]

@@ -207,7 +207,10 @@ REASONING: list[Reasoning] = [
         answer=('<|open|>message role="assistant"<|sep|>', "<|open|>response<|sep|>"),
         ends=("<|close|>response<|sep|>", "<|close|>message<|sep|>"),
         prefilled=True,
-    )
+    ),
+    # Kimi-VL "Thinking" writes its own brackets, ``◁think▷…◁/think▷``
+    # (vLLM and SGLang's ``kimi`` reasoning parser).
+    Reasoning("kimi_vl", opens=("◁think▷",), closes=("◁/think▷",)),
 ]
 
 #: Kimi K3 reasons by default (K2.6 only when the request turns it on).

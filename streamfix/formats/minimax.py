@@ -27,7 +27,7 @@ import orjson
 
 from ..spec import ToolSpec
 from ._family import contiguous, loads, opens_with, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall, Residue, calls_from_value
+from .base import EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
 from .scan import UntilMarker
 
 OPEN = "<minimax:tool_call>"
@@ -182,3 +182,27 @@ FORMATS: list[Format] = [MiniMax(), MiniMaxM3(), MiniMaxArrow()]
 RESIDUE: list[Residue] = [
     Residue(wrappers=("invoke", "minimax:tool_call", "minimax:toolcall"), brackets=("/TOOL_CALL",))
 ]
+
+
+# MiniMax M2 thinks in ``<think>`` tags its template opens in the prompt
+# (the ``think`` family; vLLM ``reasoning/minimax_m2_reasoning_parser.py``);
+# M3 in ``<mm:think>…</mm:think>``, opened in the prompt when thinking is on
+# (llama.cpp's MiniMax-M3 handler, vLLM ``minimax_m3`` reasoning parser).
+# M2 thinks again between calls (interleaved thinking), and a ``</think>``
+# it writes again after the answer began is debris (vLLM's M2 parser strips
+# it): for an M2 model, its ``<think>`` sections repeat.
+REASONING: list[Reasoning] = [
+    Reasoning("minimax_m3", opens=("<mm:think>",), closes=("</mm:think>",), prefilled=True),
+    Reasoning(
+        "minimax_m2",
+        opens=("<think>",),
+        closes=("</think>",),
+        prefilled=True,
+        repeats=True,
+        models=(r"minimax-m2",),
+    ),
+]
+
+#: MiniMax M2 reasons before answering by default (M3 when the request
+#: turns thinking on: ``thinking_mode: "enabled"``).
+REASONING_MODELS = (r"minimax-m2",)

@@ -36,15 +36,30 @@ _NAMED = re.compile(
 )
 
 
+#: A word of junk on the marker's line before the old shape's list (vLLM's
+#: parser finds the list after it: ``[TOOL_CALLS]  junk [{…}]``). More
+#: words are prose that mentions the marker: released at once.
+_JUNK = re.compile(r"[ \t]*[^\s\[\]{}]{1,32}[ \t]*(\[\s{0,8}\{)")
+_JUNK_PREFIX = re.compile(r"[ \t]*[^\s\[\]{}]{0,32}(?:[ \t]*|[ \t]*\[\s{0,8})\Z")
+_NAMED_HEAD = re.compile(_HEADER + r"\{")
+
+
 class _MistralEnd:
     """After the marker: a JSON list/object (old), or a name up to the
-    ``{`` of the arguments (new). Decided on the first non-space character."""
+    ``{`` of the arguments (new). Decided on the first non-space character;
+    a header that is not a name may be a word of junk before the old shape's list
+    (``_JUNK``), decided on the text after the marker alone."""
 
-    __slots__ = ("_skip", "_steps")
+    __slots__ = ("_junk", "_named", "_seen", "_skip", "_steps")
 
     def __init__(self, skip: int) -> None:
         self._skip = skip
         self._steps: Steps | None = None
+        self._seen = ""  # the text after the marker while the header is read
+        #: The header was not a name: it is watched for junk before a list
+        #: (until ``_JUNK`` matches: then the list's ``_steps`` run).
+        self._junk = False
+        self._named = False  # the new shape's header is being read
 
     def feed(self, text: str) -> int | None:
         i = 0
@@ -53,6 +68,35 @@ class _MistralEnd:
             self._skip -= i
             if self._skip:
                 return None
+        if self._junk:
+            return self._after_junk(text, i)
+        header = self._steps is None or (self._named and self._steps.part == 0)
+        if header:
+            self._seen += text[i:]
+        r = self._feed(text, i)
+        if r == ABORT and header and self._named:
+            # Not a name: junk before a list, or prose after the marker.
+            self._junk = True
+            self._steps = None
+            return self._after_junk(text, len(text))
+        return r
+
+    def _after_junk(self, text: str, i: int) -> int | None:
+        """Watch the header for ``_JUNK``; then the list is the region's."""
+        if self._steps is not None:
+            r = self._steps.feed(text[i:])
+            return r if r is None or r == ABORT else i + r
+        seen = self._seen = self._seen + text[i:]
+        m = _JUNK.match(seen)
+        if m is None:
+            return None if _JUNK_PREFIX.match(seen) else ABORT
+        self._steps = Steps(0, Json("[{"))
+        r = self._steps.feed(seen[m.start(1) :])
+        if r is None or r == ABORT:
+            return r
+        return m.start(1) + r - (len(seen) - len(text))
+
+    def _feed(self, text: str, i: int) -> int | None:
         if self._steps is None:
             j = i
             while j < len(text) and text[j].isspace():
@@ -64,6 +108,7 @@ class _MistralEnd:
             elif text[j] == "]":
                 return ABORT
             else:
+                self._named = True
                 self._steps = Steps(
                     0, Header("{", r"\w.\-:\[\]\s", _HEADER, _HEADER_PREFIX), Json("{")
                 )
@@ -81,6 +126,21 @@ class Mistral(Format):
     def end_finder(self, marker: str) -> EndFinder:
         return _MistralEnd(len(marker))
 
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        """A list or object, a name header, or a few words of junk before a
+        list (``_JUNK``) read as call syntax; other words after the marker
+        are prose that mentions it."""
+        s = region[len(MARKER) :].lstrip()
+        if not s:
+            return True if final else None
+        if s[0] in "[{" or _NAMED_HEAD.match(s) or _JUNK.match(s):
+            return True
+        if re.fullmatch(_HEADER_PREFIX, s):
+            return True if final else None
+        if not final and _JUNK_PREFIX.match(s):
+            return None
+        return False
+
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(MARKER):
             return None
@@ -90,9 +150,13 @@ class Mistral(Format):
             value = loads(s)
             return calls_from_value(value) if value is not None else None
         m = _NAMED.match(body)
-        if m is None:
+        if m is not None:
+            return [RawCall(m.group(1), m.group(2))]
+        junk = _JUNK.match(s)
+        if junk is None:
             return None
-        return [RawCall(m.group(1), m.group(2))]
+        value = loads(s[junk.start(1) :])
+        return calls_from_value(value) if value is not None else None
 
 
 FORMATS: list[Format] = [Mistral()]
@@ -100,8 +164,13 @@ FORMATS: list[Format] = [Mistral()]
 
 # Magistral and Ministral "Reasoning" write their thoughts between
 # ``[THINK]`` and ``[/THINK]`` at the start of the reply (mistral-common
-# ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``).
-REASONING: list[Reasoning] = [Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",))]
+# ``ThinkChunk``; vLLM ``reasoning/mistral_reasoning_parser.py``). Their
+# template opens ``[THINK]`` in the prompt when thinking is on, so a reply may
+# show only ``[/THINK]``; a ``[THINK]`` after some answer text (within the
+# start's hold) opens a section too.
+REASONING: list[Reasoning] = [
+    Reasoning("mistral", opens=("[THINK]",), closes=("[/THINK]",), prefilled=True, repeats=True)
+]
 
 #: Magistral (and Ministral "Reasoning") reason before answering.
 REASONING_MODELS = (r"magistral",)

@@ -38,3 +38,8 @@ class Nemotron(Format):
 FORMATS: list[Format] = [Nemotron()]
 
 RESIDUE: list[Residue] = [Residue(wrappers=("TOOLCALL",))]
+
+#: Nemotron Nano v2 and Nemotron 3 Nano reason by default: their templates
+#: open ``<think>`` in the prompt (vLLM ``nemotron_v3`` reasoning parser,
+#: llama.cpp's Nemotron handlers).
+REASONING_MODELS = (r"nemotron-nano-[\w.-]*v2", r"nemotron-3-nano", r"nemotron-nano-3")

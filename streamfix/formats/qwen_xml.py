@@ -194,3 +194,7 @@ REASONING_MODELS = (r"qwen3(?![\w.]*-coder)(?![\w.-]*instruct)",)
 
 #: Qwen3-Coder's (and Llama's) ``<function=…>`` and ``<parameter=…>`` tags.
 RESIDUE: list[Residue] = [Residue(wrappers=("function", "parameter"))]
+
+#: Qwen3.5 and later, and the Qwen3 "Thinking" releases: the template opens
+#: ``<think>`` in the prompt (llama.cpp's Qwen3.5 handler).
+PROMPT_OPENS_MODELS = (r"qwen3\.[5-9]", r"qwen[4-9]", r"qwen3[\w.-]*thinking")

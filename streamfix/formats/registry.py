@@ -86,7 +86,8 @@ def measure_with(check: Callable[[Plugin], None]) -> None:
 
 
 def _changed() -> None:
-    for cached in (all_formats, all_reasoning, all_residue, reasoning_models):
+    caches = (all_formats, all_reasoning, all_residue, reasoning_models, prompt_opening_models)
+    for cached in caches:
         cached.cache_clear()
     for hook in _hooks:
         hook()
@@ -238,6 +239,15 @@ def reasoning_models() -> re.Pattern[str]:
     """One pattern over every family's reasoning model names (the modules'
     ``REASONING_MODELS``): a model so named reasons before answering."""
     names = sorted({m for module in _sources() for m in getattr(module, "REASONING_MODELS", ())})
+    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def prompt_opening_models() -> re.Pattern[str]:
+    """One pattern over the models whose chat templates open the reasoning
+    in the prompt by default (the modules' ``PROMPT_OPENS_MODELS``): their
+    replies start inside it, so a call may end it with no close."""
+    names = sorted({m for module in _sources() for m in getattr(module, "PROMPT_OPENS_MODELS", ())})
     return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import opens_with, strip_value, typed_value, xml_calls
-from .base import EndFinder, Format, RawCall, Residue
+from .base import EndFinder, Format, RawCall, Reasoning, Residue
 
 OPEN = "<seed:tool_call>"
 CLOSE = "</seed:tool_call>"
@@ -46,3 +46,14 @@ class SeedOss(Format):
 FORMATS: list[Format] = [SeedOss()]
 
 RESIDUE: list[Residue] = [Residue(wrappers=("seed:tool_call",))]
+
+# Seed-OSS thinks in ``<seed:think>…</seed:think>``; its template may open
+# the tag in the prompt, so a reply often shows only the close (vLLM
+# ``reasoning/seedoss_reasoning_parser.py``, llama.cpp's Seed-OSS handler).
+# ``<seed:cot_budget_reflect>`` after the close is the answer's, kept.
+REASONING: list[Reasoning] = [
+    Reasoning("seed_oss", opens=("<seed:think>",), closes=("</seed:think>",), prefilled=True)
+]
+
+#: Seed-OSS thinks by default (its thinking budget decides how long).
+REASONING_MODELS = (r"seed-oss",)

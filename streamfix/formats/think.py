@@ -19,5 +19,12 @@ REASONING: list[Reasoning] = [
 
 #: Models that reason by default and write ``<think>``, whatever their
 #: family: DeepSeek R1 and its distills, QwQ, EXAONE Deep, and names that
-#: say so ("Thinking", "reasoner"; Phi-4 reasoning, Olmo 3 Think).
-REASONING_MODELS = (r"thinking", r"reasoning", r"reasoner", r"qwq", r"exaone-deep")
+#: say so ("Thinking", "reasoner", "-Think"; Phi-4 reasoning, Olmo 3 Think).
+REASONING_MODELS = (
+    r"thinking",
+    r"reasoning",
+    r"reasoner",
+    r"qwq",
+    r"exaone-deep",
+    r"[-_]think\b",  # Olmo 3 Think, HyperCLOVA X SEED Think
+)

@@ -21,10 +21,6 @@ KNOWN: dict[str, str] = {
         "the request offers no tools, and a reply to a request without tools is never"
         " rewritten (the reasoning would be split only with tools)"
     ),
-    "qwen3-xml/llamacpp-q35-call-inside-think": (
-        "prefilled reasoning that a call interrupts with no </think>: the reference takes the"
-        " text before the call as reasoning; here it stays content (the call is lifted)"
-    ),
     "qwen3-xml/llamacpp-coder-bare-function": (
         "whitespace only: the newline between </function> and a stray </tool_call> stays as content"
     ),

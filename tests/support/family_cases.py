@@ -79,6 +79,7 @@ IL = internlm.InternLM()
 LF = lfm2.Lfm2()
 AP = apertus.Apertus()
 CO = cohere.Cohere()
+CRP = cohere.CommandRPlus()
 LC = longcat.LongCat()
 NE = nemotron.Nemotron()
 GC = gigachat.GigaChat()
@@ -91,6 +92,13 @@ CASES: list[Case] = [
         M,
         '[TOOL_CALLS][{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]',
         [("lookup_order", LO)],
+    ),
+    Case(
+        "mistral-old-junk-before-list",
+        M,
+        '[TOOL_CALLS]  junk [{"name": "lookup_order", "arguments": {"order_id": "F-6"}}]',
+        [("lookup_order", LO)],
+        after=" trail",
     ),
     Case(
         "mistral-old-space-two-calls-id",
@@ -740,6 +748,26 @@ CASES: list[Case] = [
         "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>",
         [("create_ticket", CT)],
     ),
+    # vLLM's Step-3 tests: the invoke right after the call token, and after
+    # function<｜tool_sep｜>NAME and a newline; a string value keeps its blanks
+    Case(
+        "step3-vllm-bare-invoke",
+        DS,
+        '<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="create_ticket">'
+        '<steptml:parameter name="title">Printer on fire</steptml:parameter><steptml:parameter name="priority">1</steptml:parameter>'
+        "</steptml:invoke><｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜>"
+        '<steptml:invoke name="lookup_order"><steptml:parameter name="order_id">F-6</steptml:parameter></steptml:invoke>'
+        "<｜tool_call_end｜><｜tool_calls_end｜>",
+        [("create_ticket", CT), ("lookup_order", LO)],
+    ),
+    Case(
+        "step3-vllm-named-header",
+        DS,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>create_ticket\n"
+        '<steptml:invoke name="create_ticket"><steptml:parameter name="title">  Printer on fire </steptml:parameter>'
+        '<steptml:parameter name="priority"> 1 </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>',
+        [("create_ticket", {"title": "  Printer on fire ", "priority": 1})],
+    ),
     # --- Seed-OSS
     Case(
         "seed-oss",
@@ -805,6 +833,14 @@ CASES: list[Case] = [
         '    {"tool_call_id": "1", "tool_name": "refresh_cache", "parameters": {}}\n]<|END_ACTION|>',
         [("lookup_order", LO), ("refresh_cache", {})],
         after="<|END_OF_TURN_TOKEN|>",
+    ),
+    # --- Command R+: the label goes with its fenced call block
+    Case(
+        "command-r-plus-action",
+        CRP,
+        'Action:\n```json\n[{"tool_name": "lookup_order", "parameters": {"order_id": "F-6"}}]\n```',
+        [("lookup_order", LO)],
+        after="\nDone.",
     ),
     # --- LongCat
     Case(
