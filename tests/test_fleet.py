@@ -120,6 +120,31 @@ async def test_max_concurrent_is_per_tenant_and_freed_at_the_end() -> None:
         assert (await post(px, chat(stream=True), key="sk-aaaaaaaa"))[0] == 200
 
 
+async def test_a_tenant_holding_its_slots_is_refused_before_its_body_is_read() -> None:
+    """``Fleet.precheck``: the body is not read (one that is not JSON is
+    refused 429, not 400), in each door's shape, counted in the metrics."""
+    slow = Reply.stream(text_stream(["a", "b", "c"]), delay=0.3)
+    async with (
+        FakeUpstream(slow) as up,
+        AppServer(create_app(tenants(up.url, max_concurrent=1))) as px,
+    ):
+        first = asyncio.create_task(post(px, chat(stream=True), key="sk-aaaaaaaa"))
+        while not up.chat_requests:
+            await asyncio.sleep(0.01)
+        headers = {"Authorization": "Bearer sk-aaaaaaaa", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as s:
+            for path, shape in (("/v1/chat/completions", "error"), ("/v1/messages", "type")):
+                async with s.post(px.root + path, data=b"{not json", headers=headers) as r:
+                    assert r.status == 429 and r.headers["Retry-After"] == "1"
+                    assert shape in orjson.loads(await r.read())
+                    assert "x-ratelimit-remaining-requests" not in r.headers
+            async with s.get(px.root + "/metrics") as r:
+                metrics = await r.text()
+        assert (await first)[0] == 200
+        assert len(up.chat_requests) == 1
+    assert 'streamfix_limited_total{limit="concurrency",tenant="a"} 2.0' in metrics
+
+
 async def test_tpm_counts_the_estimate_and_is_corrected_by_the_usage() -> None:
     # max_tokens 500 reserves more than the 600 a minute allow twice; the
     # reply's usage (5 tokens) gives the rest back.
