@@ -364,3 +364,66 @@ async def test_one_scrape_counts_every_request_of_four_workers(tmp_path: Path) -
         if line.startswith("streamfix_requests_total{") and 'endpoint="chat"' in line
     )
     assert counted == n
+
+
+# -- the operator page's sessions and counts ---------------------------------------------------
+
+
+async def test_a_logout_on_one_replica_is_final_on_the_other_through_the_store(
+    tmp_path: Path, redis: Redis
+) -> None:
+    """Two apps sharing no state directory, only the store: a cookie of A
+    opens B; logged out on A, B refuses it within ``REFRESH`` seconds (and
+    A at once); a session not logged out still opens both."""
+    import re
+
+    from yarl import URL
+
+    from streamfix.server.state.sessions import REFRESH
+
+    from .support.ui_scene import ADMIN_KEY, scene
+
+    def browser() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+
+    async def status(cookie: str, root: str) -> int:
+        async with (
+            aiohttp.ClientSession(cookies={"streamfix_ui": cookie}) as s,
+            s.get(root + "/ui", allow_redirects=False) as r,
+        ):
+            return r.status
+
+    async def login(s: aiohttp.ClientSession, root: str) -> str:
+        async with s.post(root + "/ui/login", data={"key": ADMIN_KEY}, allow_redirects=False) as r:
+            assert r.status == 303
+        return s.cookie_jar.filter_cookies(URL(root + "/ui"))["streamfix_ui"].value
+
+    async with (
+        scene(tmp_path / "a", serve=False, state_dir=str(tmp_path / "sa"), state=redis.url) as a,
+        scene(tmp_path / "b", serve=False, state_dir=str(tmp_path / "sb"), state=redis.url) as b,
+        browser() as s,
+        browser() as kept,
+    ):
+        cookie = await login(s, a.root)
+        other = await login(kept, b.root)
+        assert await status(cookie, b.root) == 200
+        async with s.get(a.root + "/ui") as r:
+            found = re.search(r'name="csrf" value="([^"]+)"', await r.text())
+        assert found
+        async with s.post(
+            a.root + "/ui/logout", data={"csrf": found.group(1)}, allow_redirects=False
+        ) as r:
+            assert r.status == 303
+        assert await status(cookie, a.root) == 401  # here at once
+        t0 = time.monotonic()
+        while await status(cookie, b.root) == 200:
+            assert time.monotonic() - t0 < REFRESH + 1.0
+            await asyncio.sleep(0.05)
+        assert await status(cookie, b.root) == 401
+        assert await status(other, a.root) == await status(other, b.root) == 200
+    # the logout outlives both apps: a new replica has read it as it starts
+    async with scene(
+        tmp_path / "c", serve=False, state_dir=str(tmp_path / "sc"), state=redis.url
+    ) as c:
+        assert await status(cookie, c.root) == 401  # read before it serves
+        assert await status(other, c.root) == 200
