@@ -18,7 +18,7 @@ from streamfix.server.app import create_app
 from streamfix.server.config import ConfigError, ServerConfig, TenantConfig, build_config
 from streamfix.server.proxy import PROXY
 from streamfix.server.state.fleet import Fleet, stream_usage
-from streamfix.server.state.store import Limits
+from streamfix.server.state.store import Limits, StoreDown
 
 from .support.services import Redis, redis_server
 from .support.streamutil import chunk, sse, text_stream
@@ -427,3 +427,48 @@ async def test_a_logout_on_one_replica_is_final_on_the_other_through_the_store(
     ) as c:
         assert await status(cookie, c.root) == 401  # read before it serves
         assert await status(other, c.root) == 200
+
+
+async def test_the_page_shows_the_fleets_counts_and_refusals(redis: Redis) -> None:
+    """Two processes' page counts (``state/activity.FleetActivity``) on one
+    store: each page shows the sum of both, refusals included; what one
+    counted since its last push shows on its own page at once."""
+    from streamfix.server.state.activity import FleetActivity
+    from streamfix.server.ui.pages import limited_view
+
+    a, b = FleetActivity(redis.url), FleetActivity(redis.url)
+    now = time.time()
+    a.report("m", {"lifted.hermes": 2, "calls.hermes": 9}, now=now)
+    b.report("m", {"lifted.hermes": 3}, now=now)
+    b.refused("t", "concurrency", now=now)
+    b.refused("t", "requests", now=now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 2}  # before any push: its own
+    await a.sync(now)
+    await b.sync(now)
+    await a.sync(now)
+    for side in (a, b):
+        assert side.last_hour("m", now)[-1] == {"lifted.hermes": 5}
+        assert side.limited_last_hour(now) == {"t": {"concurrency": 1, "requests": 1}}
+    a.report("m", {"lifted.hermes": 1}, now=now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 6}  # not pushed yet, shown
+    assert "Refused by limits" in str(limited_view(a.limited_last_hour(now)))
+    redis.stop()  # the store down: each page shows its own counts again
+    with pytest.raises(StoreDown):
+        await a.sync(now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 3}
+    assert a.pending  # kept for the next push
+    for side in (a, b):
+        await side._redis.close()
+
+
+async def test_a_refusal_is_counted_on_the_page(tmp_path: Path) -> None:
+    """``Fleet`` tells the page's last hour of each refusal (without
+    ``--state`` too)."""
+    async with FakeUpstream(whole()) as up:
+        cfg = config(up.url, limits=Limits(rpm=1), ui=True, api_keys=["sk-own-key-1234"])
+        app = create_app(cfg)
+        async with AppServer(app) as px:
+            assert (await post(px, chat(), key="sk-own-key-1234"))[0] == 200
+            assert (await post(px, chat(), key="sk-own-key-1234"))[0] == 429
+    activity = app[PROXY].activity
+    assert activity is not None and activity.limited_last_hour() == {"-": {"requests": 1}}

@@ -42,6 +42,7 @@ from .store import WINDOW, Admission, Begin, End, Limits, Store, StoreDown, fact
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
+    from ..ui.activity import Activity
 
 log = logging.getLogger("streamfix.state")
 
@@ -150,6 +151,8 @@ class Fleet:
         self._warned_at = -math.inf
         self._read: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: The page's last hour (``--ui``): refusals are counted there too.
+        self.activity: Activity | None = None
         #: Slots each tenant holds in this process (its tickets not finished).
         self.held: dict[str, int] = {}
 
@@ -165,7 +168,7 @@ class Fleet:
         held = self.held.get(name, 0)
         if held < limits.max_concurrent:
             return None
-        self.metrics.limited.labels(name, "concurrency").inc()
+        self._limited(name, "concurrency")
         now = time.time()
         admission = Admission("concurrency", int(now // WINDOW), 0, 0, held)
         return refusal(limits, admission, now, counted=False)
@@ -207,7 +210,7 @@ class Fleet:
                 self._apply(stale, began.facts, began.rests, mono)
         if limits and local:
             if store is not None and self.fail_closed:
-                self.metrics.limited.labels(name, "state").inc()
+                self._limited(name, "state")
                 return _error(
                     503,
                     "the shared state is unreachable and limits fail closed; retry later",
@@ -217,7 +220,7 @@ class Fleet:
                 )
             admission = self.local.admit(ask)
         if admission is not None and admission.refused is not None:
-            self.metrics.limited.labels(name, admission.refused).inc()
+            self._limited(name, admission.refused)
             return refusal(limits, admission, now)
         ticket = Ticket(
             name,
@@ -271,6 +274,12 @@ class Fleet:
             task = asyncio.get_running_loop().create_task(self._end(told))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _limited(self, tenant: str, limit: str) -> None:
+        """A refusal counted: the metrics, and the page's last hour."""
+        self.metrics.limited.labels(tenant, limit).inc()
+        if self.activity is not None:
+            self.activity.refused(tenant, limit)
 
     # -- the store ----------------------------------------------------------
 

@@ -38,7 +38,7 @@ from ..proxy import PROXY, Proxy
 from ..upstream.pool import Upstream
 from ..upstream.table import ANY_MODEL, TABLE
 from . import auth, pages
-from .html import Markup, tag
+from .html import Markup, join, tag
 from .learned import learned_view
 from .pages import ModelRow
 from .probes import Probes
@@ -296,6 +296,8 @@ def model_rows(proxy: Proxy, ui: Ui) -> list[ModelRow]:
 async def models_page(request: web.Request, session: auth.Session) -> web.StreamResponse:
     proxy, ui = request.app[PROXY], request.app[UI]
     body = pages.models_view(model_rows(proxy, ui), session.csrf, ui.probes.busy)
+    if proxy.activity is not None:
+        body = join([body, pages.limited_view(proxy.activity.limited_last_hour())])
     return html(pages.page("Models", "models", body, session.csrf, _status_line(request)))
 
 
