@@ -14,16 +14,23 @@ a new client connection; the paths take turns request by request.
   sending to the first body byte, through each of the first two proxies;
   reported: what ``--state`` adds (target: at most 1 ms at the median).
 - **Tenant isolation**: tenant b's TTFB alone, then while tenant a keeps
-  8 clients asking (4 served, the rest refused 429, asking again after
-  Retry-After as the SDKs do);
-  reported: b's median under a's load over b's alone (target: at most 1.10).
+  ``--greedy`` clients asking (a is limited to 4 at once): the 4 admitted
+  hold their slots with slow streams (30 chunks, 100 ms apart), the
+  others are refused 429 and ask again after ``Retry-After`` as the SDKs
+  do (capped at ``RETRY_CAP`` seconds). Alone and loaded take turns for
+  ``--isolation-rounds`` rounds; reported: the median over the rounds of
+  b's median loaded over b's median alone (target: at most 1.10), and
+  the refusals seen.
+
+Bounded: every request has a timeout (``REQUEST_TIMEOUT``) and the whole
+run another (``--timeout``): it ends, or fails, never stalls.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import math
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -40,20 +47,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.fleet.fleet import binary, free_port, ready
 
 
-def upstream_app(pace: float) -> web.Application:
+def upstream_app(pace: float, slow_pace: float = 0.1) -> web.Application:
     chunk = (
         b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
         b'"choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}\n\n'
     )
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        body = await request.read()
+        wait = slow_pace if SLOW.encode() in body else pace
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for _ in range(30):
             await resp.write(chunk)
-            if pace:
-                await asyncio.sleep(pace)
+            if wait:
+                await asyncio.sleep(wait)
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -62,11 +70,20 @@ def upstream_app(pace: float) -> web.Application:
     return app
 
 
+#: The prompt that makes the upstream's stream slow (tenant a's).
+SLOW = "take your time"
+#: Seconds one request may take, whatever happens.
+REQUEST_TIMEOUT = 30.0
+#: The longest ``Retry-After`` a client waits (the SDKs cap theirs too).
+RETRY_CAP = 2.0
+
+
 async def ttfb(url: str, key: str = "") -> float:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as s:
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as s:
         t0 = time.perf_counter()
         async with s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
             await r.content.readany()
@@ -83,7 +100,7 @@ def serve(port: int, upstream: str, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd)
 
 
-async def run(rounds: int) -> dict[str, Any]:
+async def run(rounds: int, shape: tuple[int, int]) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="streamfix-bench-fleet-"))
     up_port, redis_port = free_port(), free_port()
     procs = [
@@ -109,9 +126,9 @@ async def run(rounds: int) -> dict[str, Any]:
         serve(ports[2], upstream, "--config", str(tenants), "--state", state),
     ]
     try:
-        for p in ports:
-            await asyncio.to_thread(ready, f"http://127.0.0.1:{p}/readyz")
-        plain, shared, fair = (f"http://127.0.0.1:{p}" for p in ports)
+        for port in ports:
+            await asyncio.to_thread(ready, f"http://127.0.0.1:{port}/readyz")
+        plain, shared, fair = (f"http://127.0.0.1:{port}" for port in ports)
         for _ in range(20):  # warm up
             await ttfb(plain)
             await ttfb(shared)
@@ -119,22 +136,7 @@ async def run(rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             without.append(await ttfb(plain))
             with_state.append(await ttfb(shared))
-        alone = [await ttfb(fair, "sk-tenant-b") for _ in range(rounds // 2)]
-        stop = asyncio.Event()
-        refused = 0
-
-        async def greedy() -> None:
-            nonlocal refused
-            while not stop.is_set():
-                if math.isnan(await ttfb(fair, "sk-tenant-a")):  # a 429
-                    refused += 1
-                    await asyncio.sleep(1.0)  # Retry-After, as the SDKs honour it
-
-        load = [asyncio.create_task(greedy()) for _ in range(8)]
-        await asyncio.sleep(0.5)
-        loaded = [await ttfb(fair, "sk-tenant-b") for _ in range(rounds // 2)]
-        stop.set()
-        await asyncio.gather(*load)
+        isolation = await isolation_rounds(fair, rounds // 2, shape)
     finally:
         for p in procs:
             p.terminate()
@@ -145,23 +147,81 @@ async def run(rounds: int) -> dict[str, Any]:
         "ttfb_ms_without_state": round(med(without) * 1e3, 3),
         "ttfb_ms_with_state": round(med(with_state) * 1e3, 3),
         "state_adds_ms": round((med(with_state) - med(without)) * 1e3, 3),
+        **isolation,
+        "rounds": rounds,
+    }
+
+
+async def greedy(url: str, stop: asyncio.Event, seen: dict[str, int]) -> None:
+    """One of tenant a's clients: a slow stream when admitted, else the
+    wait ``Retry-After`` says (capped), again until ``stop``."""
+    headers = {"Authorization": "Bearer sk-tenant-a"}
+    body = {"model": "m", "messages": [{"role": "user", "content": SLOW}], "stream": True}
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        while not stop.is_set():
+            try:
+                async with s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+                    await r.read()
+                    if r.status == 200:
+                        seen["served"] += 1
+                        continue
+                    seen["refused"] += 1
+                    wait = min(RETRY_CAP, float(r.headers.get("Retry-After", "1")))
+            except (aiohttp.ClientError, TimeoutError):
+                seen["failed"] += 1
+                wait = 1.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+
+
+async def isolation_rounds(url: str, n: int, shape: tuple[int, int]) -> dict[str, Any]:
+    """Tenant b alone and under tenant a's load, taking turns."""
+    rounds, clients = shape
+    med = statistics.median
+    alone: list[float] = []
+    loaded: list[float] = []
+    ratios: list[float] = []
+    seen = {"served": 0, "refused": 0, "failed": 0}
+    for _ in range(rounds):
+        quiet = [await ttfb(url, "sk-tenant-b") for _ in range(n)]
+        stop = asyncio.Event()
+        load = [asyncio.create_task(greedy(url, stop, seen)) for _ in range(clients)]
+        await asyncio.sleep(0.5)  # a holds its 4 slots, the rest wait out their 429s
+        busy = [await ttfb(url, "sk-tenant-b") for _ in range(n)]
+        stop.set()
+        for task in load:
+            task.cancel()
+        await asyncio.gather(*load, return_exceptions=True)
+        alone += quiet
+        loaded += busy
+        ratios.append(med(busy) / med(quiet))
+    return {
         "tenant_b_ttfb_ms_alone": round(med(alone) * 1e3, 3),
         "tenant_b_ttfb_ms_a_at_limit": round(med(loaded) * 1e3, 3),
-        "tenant_b_ratio": round(med(loaded) / med(alone), 3),
-        "tenant_a_refusals_seen": refused,
-        "rounds": rounds,
+        "tenant_b_ratio": round(med(ratios), 3),
+        "tenant_b_ratio_per_round": [round(r, 3) for r in ratios],
+        "tenant_a_clients": clients,
+        "tenant_a_served": seen["served"],
+        "tenant_a_refusals_seen": seen["refused"],
+        "tenant_a_failed": seen["failed"],
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--isolation-rounds", type=int, default=5)
+    parser.add_argument("--greedy", type=int, default=16, help="tenant a's clients")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
     parser.add_argument("--upstream-port", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.upstream_port:
         web.run_app(upstream_app(0.01), host="127.0.0.1", port=opts.upstream_port, print=None)
         return 0
-    for name, value in asyncio.run(run(opts.rounds)).items():
+    shape = (opts.isolation_rounds, opts.greedy)
+    bounded = asyncio.wait_for(run(opts.rounds, shape), opts.timeout)
+    for name, value in asyncio.run(bounded).items():
         print(f"{name}: {value}")
     return 0
 

@@ -18,7 +18,7 @@ from streamfix.server.app import create_app
 from streamfix.server.config import ConfigError, ServerConfig, TenantConfig, build_config
 from streamfix.server.proxy import PROXY
 from streamfix.server.state.fleet import Fleet, stream_usage
-from streamfix.server.state.store import Limits
+from streamfix.server.state.store import Limits, StoreDown
 
 from .support.services import Redis, redis_server
 from .support.streamutil import chunk, sse, text_stream
@@ -118,6 +118,31 @@ async def test_max_concurrent_is_per_tenant_and_freed_at_the_end() -> None:
         assert other[0] == 200
         assert (await first)[0] == 200
         assert (await post(px, chat(stream=True), key="sk-aaaaaaaa"))[0] == 200
+
+
+async def test_a_tenant_holding_its_slots_is_refused_before_its_body_is_read() -> None:
+    """``Fleet.precheck``: the body is not read (one that is not JSON is
+    refused 429, not 400), in each door's shape, counted in the metrics."""
+    slow = Reply.stream(text_stream(["a", "b", "c"]), delay=0.3)
+    async with (
+        FakeUpstream(slow) as up,
+        AppServer(create_app(tenants(up.url, max_concurrent=1))) as px,
+    ):
+        first = asyncio.create_task(post(px, chat(stream=True), key="sk-aaaaaaaa"))
+        while not up.chat_requests:
+            await asyncio.sleep(0.01)
+        headers = {"Authorization": "Bearer sk-aaaaaaaa", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as s:
+            for path, shape in (("/v1/chat/completions", "error"), ("/v1/messages", "type")):
+                async with s.post(px.root + path, data=b"{not json", headers=headers) as r:
+                    assert r.status == 429 and r.headers["Retry-After"] == "1"
+                    assert shape in orjson.loads(await r.read())
+                    assert "x-ratelimit-remaining-requests" not in r.headers
+            async with s.get(px.root + "/metrics") as r:
+                metrics = await r.text()
+        assert (await first)[0] == 200
+        assert len(up.chat_requests) == 1
+    assert 'streamfix_limited_total{limit="concurrency",tenant="a"} 2.0' in metrics
 
 
 async def test_tpm_counts_the_estimate_and_is_corrected_by_the_usage() -> None:
@@ -339,3 +364,111 @@ async def test_one_scrape_counts_every_request_of_four_workers(tmp_path: Path) -
         if line.startswith("streamfix_requests_total{") and 'endpoint="chat"' in line
     )
     assert counted == n
+
+
+# -- the operator page's sessions and counts ---------------------------------------------------
+
+
+async def test_a_logout_on_one_replica_is_final_on_the_other_through_the_store(
+    tmp_path: Path, redis: Redis
+) -> None:
+    """Two apps sharing no state directory, only the store: a cookie of A
+    opens B; logged out on A, B refuses it within ``REFRESH`` seconds (and
+    A at once); a session not logged out still opens both."""
+    import re
+
+    from yarl import URL
+
+    from streamfix.server.state.sessions import REFRESH
+
+    from .support.ui_scene import ADMIN_KEY, scene
+
+    def browser() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+
+    async def status(cookie: str, root: str) -> int:
+        async with (
+            aiohttp.ClientSession(cookies={"streamfix_ui": cookie}) as s,
+            s.get(root + "/ui", allow_redirects=False) as r,
+        ):
+            return r.status
+
+    async def login(s: aiohttp.ClientSession, root: str) -> str:
+        async with s.post(root + "/ui/login", data={"key": ADMIN_KEY}, allow_redirects=False) as r:
+            assert r.status == 303
+        return s.cookie_jar.filter_cookies(URL(root + "/ui"))["streamfix_ui"].value
+
+    async with (
+        scene(tmp_path / "a", serve=False, state_dir=str(tmp_path / "sa"), state=redis.url) as a,
+        scene(tmp_path / "b", serve=False, state_dir=str(tmp_path / "sb"), state=redis.url) as b,
+        browser() as s,
+        browser() as kept,
+    ):
+        cookie = await login(s, a.root)
+        other = await login(kept, b.root)
+        assert await status(cookie, b.root) == 200
+        async with s.get(a.root + "/ui") as r:
+            found = re.search(r'name="csrf" value="([^"]+)"', await r.text())
+        assert found
+        async with s.post(
+            a.root + "/ui/logout", data={"csrf": found.group(1)}, allow_redirects=False
+        ) as r:
+            assert r.status == 303
+        assert await status(cookie, a.root) == 401  # here at once
+        t0 = time.monotonic()
+        while await status(cookie, b.root) == 200:
+            assert time.monotonic() - t0 < REFRESH + 1.0
+            await asyncio.sleep(0.05)
+        assert await status(cookie, b.root) == 401
+        assert await status(other, a.root) == await status(other, b.root) == 200
+    # the logout outlives both apps: a new replica has read it as it starts
+    async with scene(
+        tmp_path / "c", serve=False, state_dir=str(tmp_path / "sc"), state=redis.url
+    ) as c:
+        assert await status(cookie, c.root) == 401  # read before it serves
+        assert await status(other, c.root) == 200
+
+
+async def test_the_page_shows_the_fleets_counts_and_refusals(redis: Redis) -> None:
+    """Two processes' page counts (``state/activity.FleetActivity``) on one
+    store: each page shows the sum of both, refusals included; what one
+    counted since its last push shows on its own page at once."""
+    from streamfix.server.state.activity import FleetActivity
+    from streamfix.server.ui.pages import limited_view
+
+    a, b = FleetActivity(redis.url), FleetActivity(redis.url)
+    now = time.time()
+    a.report("m", {"lifted.hermes": 2, "calls.hermes": 9}, now=now)
+    b.report("m", {"lifted.hermes": 3}, now=now)
+    b.refused("t", "concurrency", now=now)
+    b.refused("t", "requests", now=now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 2}  # before any push: its own
+    await a.sync(now)
+    await b.sync(now)
+    await a.sync(now)
+    for side in (a, b):
+        assert side.last_hour("m", now)[-1] == {"lifted.hermes": 5}
+        assert side.limited_last_hour(now) == {"t": {"concurrency": 1, "requests": 1}}
+    a.report("m", {"lifted.hermes": 1}, now=now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 6}  # not pushed yet, shown
+    assert "Refused by limits" in str(limited_view(a.limited_last_hour(now)))
+    redis.stop()  # the store down: each page shows its own counts again
+    with pytest.raises(StoreDown):
+        await a.sync(now)
+    assert a.last_hour("m", now)[-1] == {"lifted.hermes": 3}
+    assert a.pending  # kept for the next push
+    for side in (a, b):
+        await side._redis.close()
+
+
+async def test_a_refusal_is_counted_on_the_page(tmp_path: Path) -> None:
+    """``Fleet`` tells the page's last hour of each refusal (without
+    ``--state`` too)."""
+    async with FakeUpstream(whole()) as up:
+        cfg = config(up.url, limits=Limits(rpm=1), ui=True, api_keys=["sk-own-key-1234"])
+        app = create_app(cfg)
+        async with AppServer(app) as px:
+            assert (await post(px, chat(), key="sk-own-key-1234"))[0] == 200
+            assert (await post(px, chat(), key="sk-own-key-1234"))[0] == 429
+    activity = app[PROXY].activity
+    assert activity is not None and activity.limited_last_hour() == {"-": {"requests": 1}}

@@ -5,7 +5,10 @@ time, every process killed in ``finally``:
 - a stop sent to the whole group (what ``systemctl stop`` and Ctrl-C do)
   lets every stream in flight end whole, and the parent exits 0;
 - a worker that dies is replaced (logged), the service keeps its N
-  workers; past ``MAX_RESTARTS`` in the window the parent exits non-zero.
+  workers; past ``MAX_RESTARTS`` in the window the parent exits non-zero;
+- SIGTERM to the parent drains every worker (``/readyz`` 503 on each
+  during the grace, the stream in flight whole, exit 0); a second SIGTERM
+  to the parent ends at once.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _kill_group(pgid: int) -> None:
 
 
 @asynccontextmanager
-async def serve(upstream: str, workers: int = 2) -> AsyncIterator[Served]:
+async def serve(upstream: str, workers: int = 2, *extra: str) -> AsyncIterator[Served]:
     """``streamfix serve --workers N`` in a session of its own (its own
     process group, as a service manager starts it); killed at the end."""
     env = {
@@ -80,7 +83,7 @@ async def serve(upstream: str, workers: int = 2) -> AsyncIterator[Served]:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     port = free_port()
-    options = ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    options = ["--port", str(port), "--workers", str(workers), "--log-level", "warning", *extra]
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamfix", "serve", "--upstream", upstream, *options],
@@ -207,3 +210,75 @@ def test_a_worker_stops_once_and_a_second_ctrl_c_stops_it_at_once() -> None:
     with pytest.raises(GracefulExit):
         term(signal.SIGTERM)  # systemctl stop: to every process
     assert term(signal.SIGTERM) is None and term(signal.SIGINT) is None
+
+
+async def _readyz_statuses(root: str, n: int) -> list[int]:
+    """``/readyz`` on ``n`` new connections (the kernel spreads them over
+    the workers)."""
+    out = []
+    for _ in range(n):
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as s, s.get(root + "/readyz") as r:
+            out.append(r.status)
+    return out
+
+
+async def test_sigterm_to_the_parent_drains_every_worker_with_the_grace() -> None:
+    """``--drain-grace 1``: right after SIGTERM every worker answers
+    ``/readyz`` 503 while still listening, the stream in flight ends
+    whole, the parent exits 0."""
+    reply = Reply.events(text_stream(PIECES), delay=0.2)
+    async with FakeUpstream(reply) as up, serve(up.url, 2, "--drain-grace", "1") as served:
+        assert set(await _readyz_statuses(served.root, 8)) == {200}
+        async with aiohttp.ClientSession() as s:
+
+            async def one() -> bytes:
+                async with s.post(served.root + "/v1/chat/completions", json=STREAM) as r:
+                    return await r.read()
+
+            task = asyncio.create_task(one())
+            await _until(lambda: len(up.chat_requests) == 1, 20)
+            t0 = time.monotonic()
+            served.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.2)  # the parent's forward reaches both workers
+            statuses = await _readyz_statuses(served.root, 12)
+            assert time.monotonic() - t0 < 1.0  # all asked within the grace
+            assert set(statuses) == {503}, statuses
+            body = await asyncio.wait_for(task, 30)
+        assert assemble(body).content == "".join(PIECES)
+        assert await _exited(served.proc, 30) == 0
+
+
+async def test_a_second_sigterm_to_the_parent_ends_at_once() -> None:
+    reply = Reply.events(text_stream(PIECES * 20), delay=0.2)  # a stream of 48 s
+    async with FakeUpstream(reply) as up, serve(up.url) as served:
+        async with aiohttp.ClientSession() as s:
+
+            async def one() -> bytes:
+                async with s.post(served.root + "/v1/chat/completions", json=STREAM) as r:
+                    return await r.read()
+
+            task = asyncio.create_task(one())
+            await _until(lambda: len(up.chat_requests) == 1, 20)
+            workers = served.workers()
+            served.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            assert served.proc.poll() is None  # draining: the grace, the stream
+            t0 = time.monotonic()
+            served.proc.send_signal(signal.SIGTERM)
+            assert await _exited(served.proc, 5) == 0
+            assert time.monotonic() - t0 < 2.0
+            await asyncio.gather(task, return_exceptions=True)
+        assert len(workers) == 2 and not [p for p in workers if Path(f"/proc/{p}").exists()]
+
+
+def test_a_workers_first_sigterm_runs_its_drain_and_repeats_are_ignored() -> None:
+    from streamfix.tools.cli import _WorkerStop
+
+    drained: list[int] = []
+    stop = _WorkerStop(lambda: drained.append(1))
+    assert stop(signal.SIGTERM) is None  # draining, no GracefulExit yet
+    assert stop(signal.SIGTERM) is None and stop(signal.SIGINT) is None
+    assert drained == [1]
+    with pytest.raises(KeyboardInterrupt):
+        stop(signal.SIGINT)

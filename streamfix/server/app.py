@@ -106,6 +106,9 @@ def create_app(config: ServerConfig, source: ConfigSource | None = None) -> web.
     app.cleanup_ctx.append(proxy.lifecycle)
     app.cleanup_ctx.append(proxy.fleet.lifecycle)
     app.on_response_prepare.append(redact_headers)
+    lifecycle = getattr(proxy.activity, "lifecycle", None)  # --ui with --state
+    if lifecycle is not None:
+        app.cleanup_ctx.append(lifecycle)
     recorder = record.Recorder.of(config, proxy.metrics)
 
     def recorded(handler: Handler) -> Handler:

@@ -38,11 +38,18 @@ class Drain:
         self.timer: asyncio.TimerHandle | None = None
 
     def sigterm(self) -> None:
-        proxy = self.app[PROXY]
-        if proxy.draining is not None:
+        if self.app[PROXY].draining is not None:
             log.warning("second SIGTERM: stopping now")
             logging.shutdown()
             os._exit(0)
+        self.begin()
+
+    def begin(self) -> None:
+        """Draining from now: ``/readyz`` 503, the listener closed after the
+        grace (a second call changes nothing)."""
+        proxy = self.app[PROXY]
+        if proxy.draining is not None:
+            return
         grace = proxy.cfg.drain_grace
         proxy.draining = "SIGTERM"
         log.info(

@@ -91,6 +91,10 @@ class Proxy:
         self.metrics = Metrics()
         #: The operator page's last hour (``--ui``; None: not kept).
         self.activity: Activity | None = Activity() if config.ui else None
+        if config.ui and config.state:  # the fleet's counts (state/activity.py)
+            from .state.activity import FleetActivity
+
+            self.activity = FleetActivity(config.state, config.state_prefix)
         self.policy = BudgetPolicy(
             output_reservation=config.output_reservation,
             safety_margin=config.safety_margin,
@@ -100,6 +104,7 @@ class Proxy:
         self.ask = AskAgain(config.max_reasks, self.policy, self.metrics)
         #: The tenants' limits and the shared state (``state/``).
         self.fleet = Fleet(config, self.metrics)
+        self.fleet.activity = self.activity
         #: Why the proxy is draining (SIGTERM, ``drain.py``); None: it is not.
         self.draining: str | None = None
         #: ``--narrow-tools``: each tool set's BM25 index or vectors.

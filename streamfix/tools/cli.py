@@ -43,7 +43,12 @@ Ctrl-C at a terminal) reaches each worker twice: the signal itself, then
 the parent's forward. A worker drains on the first (streams in flight
 finish, ``shutdown_timeout``) and ignores what follows: any SIGTERM, and
 the first SIGINT; only a second SIGINT (Ctrl-C pressed again) stops it
-at once. The parent forwards SIGTERM, once per worker.
+at once. A worker's SIGTERM drains as a single process's does
+(``server/drain.py``: ``/readyz`` 503 at once, the listener open
+``--drain-grace`` seconds more, the streams in flight finished); its
+SIGINT stops without the grace. The parent forwards SIGTERM, once per
+worker; a second stop signal to the parent itself (it counts its own)
+ends every worker at once (SIGKILL) and the parent exits 0.
 
 *Workers are replaced* (``_Supervisor``). A worker that exits while the
 parent is not stopping (killed, crashed) is logged and replaced by a new
@@ -223,12 +228,16 @@ async def _stopping(app: Any) -> None:
 
 class _WorkerStop:
     """A worker's SIGTERM/SIGINT handler (see the module doc): the first
-    stop drains (aiohttp's ``GracefulExit``), what follows is ignored but
-    for a second SIGINT, which stops at once."""
+    stop drains, what follows is ignored but for a second SIGINT, which
+    stops at once. A first SIGTERM runs ``drain`` when there is one (the
+    app's ``server/drain.Drain.begin``: ``/readyz`` 503, the grace, then
+    aiohttp's ``GracefulExit``); a first SIGINT, or a SIGTERM without a
+    ``drain``, is the ``GracefulExit`` at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, drain: Callable[[], None] | None = None) -> None:
         self.first: int | None = None
         self.interrupts = 0
+        self.drain = drain
 
     def __call__(self, signum: int) -> None:
         from aiohttp.web import GracefulExit
@@ -236,6 +245,9 @@ class _WorkerStop:
         self.interrupts += signum == signal.SIGINT
         if self.first is None:
             self.first = signum
+            if signum == signal.SIGTERM and self.drain is not None:
+                self.drain()
+                return
             raise GracefulExit()
         if self.interrupts >= 2:
             raise KeyboardInterrupt
@@ -247,6 +259,10 @@ class _WorkerStop:
         """First of the app's start-up, instead of aiohttp's handlers."""
         import asyncio
 
+        from ..server.drain import Drain
+
+        if self.drain is None:
+            self.drain = Drain(app).begin
         loop = asyncio.get_running_loop()
         for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, self, sig)
@@ -311,6 +327,7 @@ class _Supervisor:
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: list[Any] = []
         self.stopping = False
+        self.forced = False  # a second stop: the workers killed
         self.told: set[int] = set()  # the workers sent SIGTERM
         self.restarts: list[float] = []  # when each replacement was started
         self.replaced = 0
@@ -325,6 +342,14 @@ class _Supervisor:
         return p
 
     def stop(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            self.forced = True
+            self.log.warning("second stop: ending the workers now")
+            for p in self.procs:
+                if p.pid is not None and p.is_alive():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGKILL)
+            return
         self.stopping = True
         self.tell()
 
@@ -350,7 +375,7 @@ class _Supervisor:
         while True:
             live = [p for p in self.procs if p.exitcode is None]
             if self.stopping and not live:
-                return max((p.exitcode or 0) for p in self.procs)
+                return 0 if self.forced else max((p.exitcode or 0) for p in self.procs)
             wait([p.sentinel for p in live], timeout=0.5)
             if self.stopping:
                 self.tell()  # one started as the stop came

@@ -65,6 +65,7 @@ from ..reask import stream_error
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.pool import UpstreamFailure
+from ..upstream.table import TENANT, tenant_label
 
 log = logging.getLogger("streamfix.server")
 
@@ -72,8 +73,21 @@ PATH = "/chat/completions"
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
+    refused = refused_early(request, "chat")
+    if refused is not None:
+        return refused
     body = await read_request(request.app[PROXY], request, "chat", validate_chat)
     return await serve_chat(request, body)
+
+
+def refused_early(request: web.Request, endpoint: str) -> web.Response | None:
+    """The 429 of a tenant whose slots this process holds, before its body
+    is read (``Fleet.precheck``), counted for ``endpoint``."""
+    proxy = request.app[PROXY]
+    refused = proxy.fleet.precheck(request.get(TENANT))
+    if refused is not None:
+        proxy.count(endpoint, False, refused.status, tenant_label(request))
+    return refused
 
 
 async def serve_chat(

@@ -36,7 +36,7 @@ from ..proxy import PROXY, Proxy
 from ..scope import Scope
 from ..upstream.budget import estimate_prompt_tokens
 from ..upstream.table import tenant_label, tenant_of
-from .chat import serve_chat
+from .chat import refused_early, serve_chat
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
@@ -76,6 +76,9 @@ def door_handler(make: Callable[[Any], Door], endpoint: str) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         proxy: Proxy = request.app[PROXY]
+        refused = refused_early(request, endpoint)
+        if refused is not None:
+            return refused
         try:
             door = make(await _json_body(request))
             validate_chat(door.chat_body)

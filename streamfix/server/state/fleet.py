@@ -11,6 +11,12 @@ is a 429 with ``Retry-After`` and OpenAI's ``x-ratelimit-*`` headers
 process's ``Upstream`` objects; what the request taught (a window from an
 overflow, a rest after failures) is written as it ends, without the
 request waiting on the store.
+
+A refusal is cheap where it can be (``precheck``): a tenant whose
+``max_concurrent`` slots this process alone already holds is refused
+before its body is read, parsed or planned and without asking the store
+(the fleet as a whole holds at least as many), so a tenant at its limit
+costs the others little more than its 429s' bytes.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from .store import WINDOW, Admission, Begin, End, Limits, Store, StoreDown, fact
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
+    from ..ui.activity import Activity
 
 log = logging.getLogger("streamfix.state")
 
@@ -106,6 +113,8 @@ class Ticket:
     used: int | None = None
     #: The last reads of a stream, where its usage is (tpm only).
     tail: deque[bytes] | None = None
+    #: Whether it holds one of its tenant's ``max_concurrent`` slots here.
+    held: bool = False
     #: (row, model, its facts as they were, resting until) at the start.
     rows: list[tuple[Upstream, str, tuple[Any, ...] | None, float]] = field(default_factory=list)
     local: bool = True
@@ -142,8 +151,27 @@ class Fleet:
         self._warned_at = -math.inf
         self._read: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: The page's last hour (``--ui``): refusals are counted there too.
+        self.activity: Activity | None = None
+        #: Slots each tenant holds in this process (its tickets not finished).
+        self.held: dict[str, int] = {}
 
     # -- the request path ---------------------------------------------------
+
+    def precheck(self, tenant: TenantConfig | None) -> web.Response | None:
+        """The 429 of a tenant whose ``max_concurrent`` slots this process
+        already holds (no body read, no plan, no store), else None."""
+        limits = self.limits_of(tenant)
+        if not limits.max_concurrent:
+            return None
+        name = tenant.name if tenant is not None else "-"
+        held = self.held.get(name, 0)
+        if held < limits.max_concurrent:
+            return None
+        self._limited(name, "concurrency")
+        now = time.time()
+        admission = Admission("concurrency", int(now // WINDOW), 0, 0, held)
+        return refusal(limits, admission, now, counted=False)
 
     def limits_of(self, tenant: TenantConfig | None) -> Limits:
         if tenant is not None and tenant.limits is not None:
@@ -182,7 +210,7 @@ class Fleet:
                 self._apply(stale, began.facts, began.rests, mono)
         if limits and local:
             if store is not None and self.fail_closed:
-                self.metrics.limited.labels(name, "state").inc()
+                self._limited(name, "state")
                 return _error(
                     503,
                     "the shared state is unreachable and limits fail closed; retry later",
@@ -192,7 +220,7 @@ class Fleet:
                 )
             admission = self.local.admit(ask)
         if admission is not None and admission.refused is not None:
-            self.metrics.limited.labels(name, admission.refused).inc()
+            self._limited(name, admission.refused)
             return refusal(limits, admission, now)
         ticket = Ticket(
             name,
@@ -203,6 +231,9 @@ class Fleet:
         )
         if limits.tpm:
             ticket.tail = deque(maxlen=4)
+        if limits.max_concurrent:
+            ticket.held = True
+            self.held[name] = self.held.get(name, 0) + 1
         if store is not None:
             ticket.rows = [
                 (up, m, _snapshot(up.learned.get(m)), up.rested_until) for up, m in pairs
@@ -214,6 +245,13 @@ class Fleet:
         the store (in the background)."""
         if ticket is None:
             return
+        if ticket.held:
+            ticket.held = False
+            left = self.held.get(ticket.tenant, 1) - 1
+            if left > 0:
+                self.held[ticket.tenant] = left
+            else:
+                self.held.pop(ticket.tenant, None)
         told = End(ticket.tenant, ticket.member, ticket.window)
         if ticket.tail is not None and ticket.used is None:
             ticket.usage(stream_usage(ticket.tail))
@@ -236,6 +274,12 @@ class Fleet:
             task = asyncio.get_running_loop().create_task(self._end(told))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _limited(self, tenant: str, limit: str) -> None:
+        """A refusal counted: the metrics, and the page's last hour."""
+        self.metrics.limited.labels(tenant, limit).inc()
+        if self.activity is not None:
+            self.activity.refused(tenant, limit)
 
     # -- the store ----------------------------------------------------------
 
@@ -342,18 +386,23 @@ def stream_usage(reads: Iterable[bytes]) -> object:
     return obj.get("usage") if isinstance(obj, dict) else None
 
 
-def refusal(limits: Limits, admission: Admission, now: float) -> web.Response:
+def refusal(limits: Limits, admission: Admission, now: float, counted: bool = True) -> web.Response:
     """The 429 for a limit reached: OpenAI's shape (a door's path reshapes
-    it), ``Retry-After`` and the ``x-ratelimit-*`` headers."""
+    it), ``Retry-After`` and the ``x-ratelimit-*`` headers (the
+    ``remaining`` ones only when the window's counts were read:
+    ``counted``)."""
     reset = max(1, math.ceil(WINDOW - now % WINDOW))
     headers: dict[str, str] = {}
     if limits.rpm:
         headers["x-ratelimit-limit-requests"] = str(limits.rpm)
-        headers["x-ratelimit-remaining-requests"] = str(max(0, limits.rpm - admission.requests))
+        if counted:
+            left = max(0, limits.rpm - admission.requests)
+            headers["x-ratelimit-remaining-requests"] = str(left)
         headers["x-ratelimit-reset-requests"] = f"{reset}s"
     if limits.tpm:
         headers["x-ratelimit-limit-tokens"] = str(limits.tpm)
-        headers["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - admission.tokens))
+        if counted:
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - admission.tokens))
         headers["x-ratelimit-reset-tokens"] = f"{reset}s"
     what = {
         "requests": f"{limits.rpm} requests per minute",

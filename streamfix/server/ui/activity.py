@@ -87,6 +87,33 @@ class Activity:
         #: Unrecognised regions per model since the start (not only the
         #: samples kept): the page's count per model.
         self.unrecognised: dict[str, int] = {}
+        #: Requests refused by a tenant's limit, per tenant per minute, by
+        #: limit (``streamfix_limited_total``'s counts, for the page).
+        self.limited: dict[str, Series] = {}
+
+    def refused(self, tenant: str, limit: str, now: float | None = None) -> None:
+        """One request of ``tenant`` refused by its ``limit``."""
+        if now is None:
+            now = time.time()
+        series = self.limited.get(tenant)
+        if series is None:
+            if len(self.limited) >= MAX_MODELS:
+                tenant = OTHER
+            series = self.limited.setdefault(tenant, Series())
+        series.add(int(now // 60), {limit: 1})
+
+    def limited_last_hour(self, now: float | None = None) -> dict[str, dict[str, int]]:
+        """Each tenant's refusals by limit over the last hour (none: left out)."""
+        minute = int((time.time() if now is None else now) // 60)
+        out: dict[str, dict[str, int]] = {}
+        for tenant, series in self.limited.items():
+            total: dict[str, int] = {}
+            for counts in series.window(minute):
+                for limit, n in counts.items():
+                    total[limit] = total.get(limit, 0) + n
+            if total:
+                out[tenant] = total
+        return out
 
     def report(
         self,

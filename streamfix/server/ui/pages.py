@@ -276,6 +276,31 @@ def slow_view(row: ModelRow) -> Markup:
     )
 
 
+def limited_view(per_tenant: dict[str, dict[str, int]]) -> Markup:
+    """Requests refused by the tenants' limits in the last hour (the
+    fleet's, with ``--state``); nothing when there were none."""
+    if not per_tenant:
+        return join([])
+    rows = [
+        tag(
+            "tr",
+            tag("td", tenant),
+            *(tag("td", counts.get(k, 0), class_="num") for k in LIMITS),
+        )
+        for tenant, counts in per_tenant.items()
+    ]
+    return join(
+        [
+            tag("h2", "Refused by limits, last hour"),
+            _table(["tenant", *LIMITS], rows, "limited"),
+        ]
+    )
+
+
+#: The limits a refusal names (``streamfix_limited_total``'s ``limit``).
+LIMITS = ("requests", "tokens", "concurrency", "state")
+
+
 def _table(headers: Sequence[str], rows: Sequence[Markup], class_: str) -> Markup:
     """A table with one header row of plain titles and ``rows``."""
     head = tag("thead", tag("tr", [tag("th", h) for h in headers]))

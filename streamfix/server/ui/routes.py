@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from aiohttp import web
 
@@ -38,11 +38,14 @@ from ..proxy import PROXY, Proxy
 from ..upstream.pool import Upstream
 from ..upstream.table import ANY_MODEL, TABLE
 from . import auth, pages
-from .html import Markup, tag
+from .html import Markup, join, tag
 from .learned import learned_view
 from .pages import ModelRow
 from .probes import Probes
 from .recordings import NAME, Index, sides
+
+if TYPE_CHECKING:
+    from ..state.sessions import RedisSessionStore
 
 #: Paths the page owns (``caller.guards.auth_mw`` leaves them to ``auth``).
 PREFIX: Final = "/ui"
@@ -69,8 +72,18 @@ DONE: Final = {
 class Ui:
     """The page's state in one app."""
 
+    shared_sessions: RedisSessionStore | None = None
+
     def __init__(self, proxy: Proxy) -> None:
-        store = auth.FileSessionStore(auth.state_dir(proxy.cfg.state_dir) / auth.SESSIONS_FILE)
+        store: auth.SessionStore
+        if proxy.cfg.state:  # every replica's logouts (state/sessions.py)
+            from ..state.sessions import RedisSessionStore
+
+            store = self.shared_sessions = RedisSessionStore(
+                proxy.cfg.state, proxy.cfg.state_prefix
+            )
+        else:
+            store = auth.FileSessionStore(auth.state_dir(proxy.cfg.state_dir) / auth.SESSIONS_FILE)
         self.sessions = auth.Sessions(store)
         self.throttle = auth.LoginThrottle()
         self.probes = Probes()
@@ -283,6 +296,8 @@ def model_rows(proxy: Proxy, ui: Ui) -> list[ModelRow]:
 async def models_page(request: web.Request, session: auth.Session) -> web.StreamResponse:
     proxy, ui = request.app[PROXY], request.app[UI]
     body = pages.models_view(model_rows(proxy, ui), session.csrf, ui.probes.busy)
+    if proxy.activity is not None:
+        body = join([body, pages.limited_view(proxy.activity.limited_last_hour())])
     return html(pages.page("Models", "models", body, session.csrf, _status_line(request)))
 
 
@@ -447,6 +462,8 @@ def add_ui(app: web.Application, proxy: Proxy) -> None:
     """The page's routes and state on ``app`` (``--ui``)."""
     ui = app[UI] = Ui(proxy)
     app.cleanup_ctx.append(ui.probes.lifecycle)
+    if ui.shared_sessions is not None:
+        app.cleanup_ctx.append(ui.shared_sessions.lifecycle)
     r = app.router
     r.add_get(PREFIX, guarded(models_page))
     r.add_get(PREFIX + "/login", login_form)
