@@ -262,11 +262,18 @@ async def _attempt(ex: Exchange, session: SSESession, client: ClientStream, plan
     and decide whether it is the reply."""
     proxy, up = ex.scope.proxy, ex.up
     chain = session.chain
+    # No reason to ask again can arise from this reply's text (no tools,
+    # no response_format, no call required): it is committed once it has
+    # begun (the role chunk), not held until its first text. An error
+    # event before it (an overflow in a 200 stream) is still held.
+    final = not plan.tools and chain.ctx.json is None and not plan.wants_call
 
     def ready() -> bool:
         if chain.holding_json or session.report.json_invalid:
             return False  # held to its end: it may still be asked again
-        return chain.calls_emitted > 0 if plan.wants_call else chain.output_started
+        if plan.wants_call:
+            return chain.calls_emitted > 0
+        return chain.output_started or (final and chain.began)
 
     try:
         ended = await ex.pump(session, client, ready)
