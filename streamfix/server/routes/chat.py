@@ -25,7 +25,10 @@ with ``--required soft`` and ``tool_choice: "required"``, until a call was
 emitted; while a ``response_format`` reply is held to its end,
 ``Chain.holding_json``) the repaired bytes are held, not written (``caller.stream.ClientStream``),
 so that the request can still be asked again (``reask.py`` decides
-why, ``Plan.again`` replans) without the client seeing two replies.
+why, ``Plan.again`` replans) without the client seeing two replies. A
+request that no reply can make be asked again (no tools, no
+``response_format``, no call required) is committed once its reply began
+(``Chain.began``: the role chunk), not at its first text.
 
 *An upstream that ignores* ``stream: true`` and answers one JSON
 completion: it is repaired like a non-streamed reply and sent to the
