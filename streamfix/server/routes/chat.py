@@ -84,10 +84,11 @@ async def serve_chat(
 ) -> web.StreamResponse:
     """Serve a validated chat body; a front door's (``streamfix.wire``)
     reply is encoded by ``door``."""
-    stream = body.get("stream") is True
-    scope = Scope.of(request, "chat" if door is None else door.endpoint, stream)
-    scope.route("chat", body.get("model"))
+    # the scope is the web.Request's; what the body asks goes as values
+    scope = Scope.of(request, "chat" if door is None else door.endpoint)
     proxy = scope.proxy
+    stream = body.get("stream") is True
+    scope.route("chat", body.get("model"), stream)
     # the request's steps (plan.py), narrowing's decision awaited before
     narrowed = await narrowing.decide(scope, body)
     plan = Plan.of(body, soft=proxy.cfg.required == "soft", narrowed=narrowed, door=door)
