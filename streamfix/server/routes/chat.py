@@ -99,7 +99,7 @@ async def serve_chat(
         await proxy.build_matcher(plan.tools)
     ticket = await proxy.fleet.admit(scope.tenant, scope.rows, body.get("model"), _tokens(plan))
     if isinstance(ticket, web.Response):  # a tenant's limit (state/fleet.py)
-        scope.count(ticket.status)
+        scope.count(ticket.status, stream)
         return ticket
     scope.ticket = ticket
     try:
