@@ -341,6 +341,12 @@ class Chain:
         return any(st.saw_output for st in self._choices.values())
 
     @property
+    def began(self) -> bool:
+        """True once a chunk with a choice was read (not an error event,
+        not a comment): the reply itself has begun."""
+        return bool(self._choices)
+
+    @property
     def holding_json(self) -> bool:
         """A choice's JSON is held until its end (``jsonout.JsonOutput``):
         a proxy keeps the reply back, so it can still ask again."""

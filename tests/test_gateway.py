@@ -95,6 +95,23 @@ async def test_an_unknown_model_is_a_404_model_not_found() -> None:
     assert not a.requests or all(r.method == "GET" for r in a.requests)  # only probes
 
 
+async def test_a_refused_model_is_counted_as_streamed_or_not_as_asked() -> None:
+    # the scope is the web.Request's: the body's ``stream`` reaches the
+    # refusal's count as a value
+    async with FakeUpstream() as a, AppServer(proxy_app(f"{a.url}#model=m1,name=fast")) as px:
+        await call(px, "/v1/chat/completions", chat_body("gpt-9"))
+        await call(px, "/v1/chat/completions", chat_body("gpt-9", True))
+        await call(px, "/v1/chat/completions", chat_body("gpt-9", True))
+        async with aiohttp.ClientSession() as s, s.get(px.root + "/metrics") as r:
+            text = await r.text()
+    counted = {
+        line.split("stream=")[1].split(",")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("streamfix_requests_total{") and 'status="404"' in line
+    }
+    assert counted == {'"false"': 1.0, '"true"': 2.0}
+
+
 async def test_the_model_name_itself_reaches_its_rows_too() -> None:
     """A row's public name defaults to its model: a row given no name is
     asked for by the name its server knows."""

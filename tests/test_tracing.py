@@ -505,8 +505,8 @@ async def test_the_scope_can_add_attributes_before_and_after_the_span_starts(
     real_route = scope_mod.Scope.route
     real_open = chat_mod.Exchange.open
 
-    def route(self: Any, kind: str, model: Any) -> Any:
-        rows = real_route(self, kind, model)
+    def route(self: Any, kind: str, model: Any, stream: bool = False) -> Any:
+        rows = real_route(self, kind, model, stream)
         self.annotate({"streamfix.narrowing.offered": 12})
         return rows
 

@@ -68,6 +68,14 @@ from .upstream.tokens import COUNTING, count_prompt
 
 log = logging.getLogger("streamfix.server")
 
+#: A read before the commit larger than this (a whole short reply in one
+#: read, as a fast upstream sends it) is fed event by event for its first
+#: ``LEAD_EVENTS`` events: the role chunk and the first text go out (once
+#: ``ready``) before the rest of the read is repaired. The session's output
+#: does not depend on how the reads are split.
+LEAD_SPLIT_BYTES = 1024
+LEAD_EVENTS = 4
+
 
 class StreamSession(Protocol):
     """What an exchange needs of a sans-I/O stream session (``SSESession``,
@@ -439,6 +447,7 @@ class Exchange:
         watch = ReadWatch(self.resp, proxy.cfg.read_timeout)
         ticket = self.scope.ticket
         usage_reads = ticket.tail if ticket is not None else None  # a tokens limit
+        leads = LEAD_EVENTS
         try:
             async for data in record.reads(BodyReads(self.resp.content)):
                 got_data = True
@@ -446,22 +455,38 @@ class Exchange:
                     trace.read(data)
                 if usage_reads is not None:
                     usage_reads.append(data)
-                t0 = watch.last = perf()
-                out = session.feed(data)
-                observe(perf() - t0)
-                watch.busy = True  # writing to the client: not the upstream's silence
-                if out:
-                    if client.committed:
-                        await client.write(out)
-                    else:
-                        client.hold(out)
-                        if ready() or client.held_bytes > MAX_HELD_BYTES:
-                            await client.commit()
+                watch.last = perf()
+                spent = 0.0
+                while data:
+                    piece = data
+                    if leads and not client.committed and len(data) > LEAD_SPLIT_BYTES:
+                        # a large read before the commit: its first events
+                        # alone, so the reply's start goes out before the rest
+                        # is repaired (the output does not depend on the split)
+                        leads -= 1
+                        cut = data.find(b"\n\n") + 2
+                        if 2 <= cut < len(data):
+                            piece = data[:cut]
+                    data = data[len(piece) :]
+                    t0 = perf()
+                    out = session.feed(piece)
+                    spent += perf() - t0
+                    watch.busy = True  # writing to the client: not the upstream's silence
+                    if out:
+                        if client.committed:
+                            await client.write(out)
                         else:
-                            await client.keepalive_if_due()
-                else:  # the chain holds this read (before or after the commit)
-                    await client.keepalive_if_due()
-                watch.busy = False
+                            client.hold(out)
+                            if ready() or client.held_bytes > MAX_HELD_BYTES:
+                                await client.commit()
+                            else:
+                                await client.keepalive_if_due()
+                    else:  # the chain holds this read (before or after the commit)
+                        await client.keepalive_if_due()
+                    watch.busy = False
+                    if session.finished:
+                        break
+                observe(spent)
                 if session.finished:
                     break
                 if client.gone():

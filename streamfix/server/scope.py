@@ -3,8 +3,10 @@
 A ``Scope`` is built once, when a request reaches its endpoint: the
 proxy's state, the routing table the request started with (a reload
 meanwhile does not change it), whose key it came with, how it is counted
-(endpoint, streamed or not, tenant and model labels) and, once routed, the
-rows that may serve it. It is what is passed down instead of the
+(endpoint, tenant and model labels) and, once routed, the rows that may
+serve it. It is made from the ``web.Request``, not from the body: what the
+body asks (streamed or not, the model) comes as values (``route``,
+``answer``'s client stream). It is what is passed down instead of the
 ``web.Request``, so that the exchange with an upstream (``exchange.py``)
 reads one object and no layer looks things up on the request again.
 
@@ -72,7 +74,6 @@ class Scope:
     #: The caller's headers: what is forwarded upstream is chosen from them.
     headers: CIMultiDictProxy[str]
     endpoint: str
-    stream: bool = False
     #: The route's label for the metrics (``-`` until routed).
     model: str = NO_TENANT
     #: The rows that may serve the request, once routed.
@@ -91,7 +92,7 @@ class Scope:
     ticket: Ticket | None = None
 
     @classmethod
-    def of(cls, request: web.Request, endpoint: str, stream: bool = False) -> Scope:
+    def of(cls, request: web.Request, endpoint: str) -> Scope:
         proxy = request.app[PROXY]
         table = request.get(TABLE)
         tracer = proxy.tracer
@@ -101,7 +102,6 @@ class Scope:
             request.get(TENANT),
             request.headers,
             endpoint,
-            stream,
             arrived=arrived(request),
             trace=tracer.request(endpoint) if tracer is not None else None,
         )
@@ -125,17 +125,17 @@ class Scope:
         if self.trace is not None:
             self.trace.note(attributes)
 
-    def count(self, status: int) -> None:
-        self.proxy.count(self.endpoint, self.stream, status, self.tenant_label, self.model)
+    def count(self, status: int, stream: bool = False) -> None:
+        self.proxy.count(self.endpoint, stream, status, self.tenant_label, self.model)
 
-    def route(self, kind: str, model: Any) -> list[Upstream]:
+    def route(self, kind: str, model: Any, stream: bool = False) -> list[Upstream]:
         """The rows of the request's table for ``model`` (``Table.route``);
         a refusal (404 ``model_not_found``, 400 without a model) is counted
-        and raised."""
+        (``stream``: the request asked for a stream) and raised."""
         try:
             route = self.table.route(kind, model, self.tenant)
         except RequestError as exc:
-            self.count(exc.status)
+            self.count(exc.status, stream)
             raise
         self.model = route.model
         self.rows = route.rows
@@ -165,7 +165,8 @@ class Scope:
         self, run: Awaitable[web.StreamResponse], client: ClientStream | None = None
     ) -> web.StreamResponse:
         """What the endpoint answers: ``run`` within ``--request-timeout``,
-        its status counted once. When the time runs out, no upstream could
+        its status counted once (as streamed when ``client`` is given: a
+        streamed request's stream to the caller). When the time runs out, no upstream could
         be reached, or a reply could not be used: an error response before
         the reply began, else the stream (``client``) ends with an error
         event. A streamed client that went away counts as 499 (nginx's
@@ -178,11 +179,12 @@ class Scope:
         else:
             deadline = asyncio.timeout_at(self.arrived + limit)
         # A whole reply is counted once answered; a stream however it ends.
-        status: int | None = 200 if client is not None else None
+        streamed = client is not None
+        status: int | None = 200 if streamed else None
         trace, error = self.trace, None
         if trace is not None:
             trace.start(
-                self.asked or self.model, self.tenant_label, self.stream, self.headers, self.arrived
+                self.asked or self.model, self.tenant_label, streamed, self.headers, self.arrived
             )
         try:
             try:
@@ -229,7 +231,7 @@ class Scope:
             raise
         finally:
             if status is not None:
-                self.count(status)
+                self.count(status, streamed)
             if trace is not None:
                 trace.end(status, error)
 

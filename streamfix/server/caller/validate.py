@@ -94,7 +94,9 @@ async def read_body(proxy: Gate, request: web.Request) -> bytes:
     (``app.run_options``)."""
     cfg = proxy.cfg
     limits = [t for t in (cfg.client_timeout, cfg.request_timeout) if t > 0]
-    if not limits:
+    if not limits or request.content.is_eof():
+        # no bound, or nothing left to wait for: a small body arrives with
+        # its headers, and reading it takes no time a bound could cut
         return await request.read()
     limit = min(limits)
     try:

@@ -25,7 +25,10 @@ with ``--required soft`` and ``tool_choice: "required"``, until a call was
 emitted; while a ``response_format`` reply is held to its end,
 ``Chain.holding_json``) the repaired bytes are held, not written (``caller.stream.ClientStream``),
 so that the request can still be asked again (``reask.py`` decides
-why, ``Plan.again`` replans) without the client seeing two replies.
+why, ``Plan.again`` replans) without the client seeing two replies. A
+request that no reply can make be asked again (no tools, no
+``response_format``, no call required) is committed once its reply began
+(``Chain.began``: the role chunk), not at its first text.
 
 *An upstream that ignores* ``stream: true`` and answers one JSON
 completion: it is repaired like a non-streamed reply and sent to the
@@ -95,10 +98,11 @@ async def serve_chat(
 ) -> web.StreamResponse:
     """Serve a validated chat body; a front door's (``streamfix.wire``)
     reply is encoded by ``door``."""
-    stream = body.get("stream") is True
-    scope = Scope.of(request, "chat" if door is None else door.endpoint, stream)
-    scope.route("chat", body.get("model"))
+    # the scope is the web.Request's; what the body asks goes as values
+    scope = Scope.of(request, "chat" if door is None else door.endpoint)
     proxy = scope.proxy
+    stream = body.get("stream") is True
+    scope.route("chat", body.get("model"), stream)
     # the request's steps (plan.py), narrowing's decision awaited before
     narrowed = await narrowing.decide(scope, body)
     plan = Plan.of(body, soft=proxy.cfg.required == "soft", narrowed=narrowed, door=door)
@@ -109,7 +113,7 @@ async def serve_chat(
         await proxy.build_matcher(plan.tools)
     ticket = await proxy.fleet.admit(scope.tenant, scope.rows, body.get("model"), _tokens(plan))
     if isinstance(ticket, web.Response):  # a tenant's limit (state/fleet.py)
-        scope.count(ticket.status)
+        scope.count(ticket.status, stream)
         return ticket
     scope.ticket = ticket
     try:
@@ -276,11 +280,18 @@ async def _attempt(ex: Exchange, session: SSESession, client: ClientStream, plan
     and decide whether it is the reply."""
     proxy, up = ex.scope.proxy, ex.up
     chain = session.chain
+    # No reason to ask again can arise from this reply's text (no tools,
+    # no response_format, no call required): it is committed once it has
+    # begun (the role chunk), not held until its first text. An error
+    # event before it (an overflow in a 200 stream) is still held.
+    final = not plan.tools and chain.ctx.json is None and not plan.wants_call
 
     def ready() -> bool:
         if chain.holding_json or session.report.json_invalid:
             return False  # held to its end: it may still be asked again
-        return chain.calls_emitted > 0 if plan.wants_call else chain.output_started
+        if plan.wants_call:
+            return chain.calls_emitted > 0
+        return chain.output_started or (final and chain.began)
 
     try:
         ended = await ex.pump(session, client, ready)

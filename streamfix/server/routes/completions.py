@@ -29,8 +29,8 @@ PATH = "/completions"
 async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_request(request.app[PROXY], request, ENDPOINT, validate_completion)
     stream = body.get("stream") is True
-    scope = Scope.of(request, ENDPOINT, stream)
-    scope.route("chat", body.get("model"))
+    scope = Scope.of(request, ENDPOINT)
+    scope.route("chat", body.get("model"), stream)
     client = scope.client(request)
     async with scope.proxy.slot():
         return await scope.answer(_serve(scope, body, client), client if stream else None)
