@@ -95,13 +95,6 @@ KNOWN: dict[str, str] = {
         "a Python dict/list literal (single quotes, True) as an object/array parameter value"
         " stays a string; mlx-lm reads it with literal_eval",
     ),
-    "llamacpp/lfm2-7": _open(
-        _PY_LITERALS, "JSON true/null inside a dict argument of a pythonic call: the call is lost"
-    ),
-    "llamacpp/lfm2-8": _open(
-        _PY_LITERALS,
-        "a dotted name with a dict holding JSON true (Calendar.create_event): the call is lost",
-    ),
     # pythonic list after text
     "sglang/pythonic-complete": _open(
         _PY_AFTER_TEXT,
@@ -353,10 +346,5 @@ KNOWN: dict[str, str] = {
         _REASONING_FORMATS,
         "Seed-OSS <seed:think> left in content (llama.cpp keeps the <seed:cot_budget_reflect>"
         " block in the content; a client should not see it either)",
-    ),
-    "sglang/malformed-qwen25-sibling": _open(
-        _SIBLINGS,
-        "a JSON array in one <tool_call> with a non-object entry beside a good call: no call"
-        " at all (SGLang keeps the good one)",
     ),
 }

@@ -179,6 +179,12 @@ class RawCall:
     arguments: Any = None
 
 
+#: A call of a list or block that does not read, in its place among its
+#: siblings (``Format.parse``): the detector lifts the others and counts it
+#: ``dropped_call.unreadable``. A region of nothing else is unreadable.
+UNREADABLE = RawCall("\x00unreadable")
+
+
 class EndFinder(Protocol):
     def feed(self, text: str) -> int | None:
         """Scan the next piece of the region. Returns the offset in ``text``
@@ -307,9 +313,11 @@ def call_from_object(obj: Any) -> RawCall | None:
     return RawCall(name, args)
 
 
-def calls_from_value(value: Any) -> list[RawCall] | None:
+def calls_from_value(value: Any, siblings: bool = True) -> list[RawCall] | None:
     """The calls in a decoded JSON value: one call object, a list of them,
-    or ``{"tool_calls": [...]}``. None unless every element is a call."""
+    or ``{"tool_calls": [...]}``. In a list, an element that is not a call
+    beside ones that are is ``UNREADABLE`` in its place (``siblings``; else
+    the list is None). None when no element is a call."""
     if isinstance(value, dict) and set(value) == {"tool_calls"}:
         value = value["tool_calls"]
     items = value if isinstance(value, list) else [value]
@@ -318,10 +326,10 @@ def calls_from_value(value: Any) -> list[RawCall] | None:
     calls = []
     for item in items:
         c = call_from_object(item)
-        if c is None:
+        if c is None and not siblings:
             return None
-        calls.append(c)
-    return calls
+        calls.append(UNREADABLE if c is None else c)
+    return None if all(c is UNREADABLE for c in calls) else calls
 
 
 _INDEX_SUFFIX = re.compile(r":\d+\Z")  # Kimi's functions.NAME:0

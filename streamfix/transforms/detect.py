@@ -80,7 +80,7 @@ from typing import Any
 
 from ..context import Context
 from ..delta import Delta, ToolCall, take_each
-from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
+from ..formats import ABORT, OPAQUE, UNREADABLE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
 from ..formats.registry import all_residue, on_change
 from ..spec import ToolSpec
@@ -1071,16 +1071,26 @@ class ToolTagDetector:
         self._clear()
 
     def _resolve(self, raws: list[RawCall], fmt: Format) -> tuple[list[ToolCall] | None, str]:
+        """The calls of a region, each read on its own: one that does not
+        read (``UNREADABLE``, arguments that parse as nothing) beside ones
+        that do is dropped, counted ``dropped_call.unreadable``; the others
+        are lifted. A call to a tool not offered, or one whose arguments do
+        not fit the schema in a bare candidate, still decides the region."""
         tools = self.ctx.tools
         report = self.ctx.report
         calls: list[ToolCall] = []
+        unreadable = 0
         for raw in raws:
+            if raw is UNREADABLE:
+                unreadable += 1
+                continue
             name = resolve_name(raw.name, tools)
             if name is None:
                 return None, "unoffered"
             args, repaired = to_object(raw.arguments)
             if args is None:
-                return None, "bad_arguments"
+                unreadable += 1
+                continue
             schema = tools[name].parameters
             args, converted = coerce(args, schema)
             if validate(args, schema):
@@ -1090,6 +1100,10 @@ class ToolTagDetector:
             if repaired or converted:
                 report.count("repaired_arguments")
             calls.append(ToolCall(name, dumps(args), source=fmt.name))
+        if not calls:
+            return None, "bad_arguments" if len(raws) == 1 and unreadable else "none"
+        if unreadable:
+            report.count("dropped_call.unreadable", unreadable)
         return calls, "ok"
 
     def _add(self, call: ToolCall) -> None:
