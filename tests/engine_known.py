@@ -32,6 +32,11 @@ _EXAMPLE = (
     "better: a call followed by prose: a bare call (no wrapper token) with prose after it is"
     " an example, kept as text (the code-line rule of issue 35); the engine lifts it"
 )
+_GIVEN_BACK = (
+    "better: given back: a call region that is recognised but holds nothing readable goes out"
+    " as text (counted given_back.unreadable; the proxy first asks again), never as nothing;"
+    " the engine drops it and the client gets an empty reply"
+)
 _EMPTY_THINK = (
     "better: empty think pair: the model's own <think></think> after the prompt opened the"
     " reasoning is dropped; llama.cpp keeps '<think>' as the reasoning text"
@@ -89,6 +94,8 @@ KNOWN: dict[str, str] = {
     "sglang/pythonic-two-lists": _EXAMPLE + " (here two lists with ' and ' between)",
     "sglang/llama32-trailing-text": _EXAMPLE + " (a bare Llama JSON call)",
     "llamacpp/qwen3.5-12": _EMPTY_THINK,
+    "sglang/mistral2-invalid-json": _GIVEN_BACK,
+    "sglang/cohere4-malformed-body": _GIVEN_BACK,
     # pythonic literals
     "mlx-lm/qwen3_coder-single-quoted-params": _open(
         _PY_LITERALS,

@@ -137,6 +137,8 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "hermes-unclosed-string-ends-at-a-close-on-its-own-line",
         '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001}}\n</tool_call>'
         " Next.",
+        # unreadable (the string never closes): given back as text (issue 35)
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001}}\n</tool_call>'
         " Next.",
         [],
     ),

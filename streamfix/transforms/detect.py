@@ -114,6 +114,10 @@ _SENTENCE_END = ".:!?。：！？"
 FENCE_SHUT = "```"
 
 
+#: A region of markup alone (an empty wrapper): nothing in it to give back.
+_MARKUP_ONLY = re.compile(r"(?:\s|<[^<>]*>|\[/?[A-Z_]+\])*")
+
+
 def _layout_after(before: str) -> bool:
     """Whether blanks after the character ``before`` ("" at the reply's
     start or right after a call) may be layout before a call."""
@@ -1056,15 +1060,22 @@ class ToolTagDetector:
             self._truncated = True
             report.count("dropped_call.truncated")
             self._since_call = True
-        elif (
-            (verdict == "none" and failed.wrapped)
-            or (verdict == "unoffered" and failed.markup_if_unoffered)
-            or (verdict == "bad_arguments" and failed.wrapped)
-        ):
-            kind = "unoffered_call" if verdict == "unoffered" else "unparsed_call"
-            report.count(f"stripped.{kind}")
+        elif verdict == "unoffered" and failed.markup_if_unoffered:
+            report.count("stripped.unoffered_call")
             report.sample_unrecognised(region)
             self._since_call = True
+        elif verdict in ("none", "bad_arguments") and failed.wrapped:
+            # Recognised, and nothing in it reads: held back only for a
+            # caller that asks again (``Options.hold_unreadable``); else given
+            # back as text, never as nothing.
+            report.sample_unrecognised(region)
+            if self.ctx.options.hold_unreadable or _MARKUP_ONLY.fullmatch(region):
+                report.count("stripped.unparsed_call")
+                self._since_call = True
+            else:
+                report.count("given_back.unreadable")
+                self._release(out, self._gap)
+                self._release(out, region)
         else:
             self._release(out, self._gap)
             self._release(out, region)
