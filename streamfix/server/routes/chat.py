@@ -113,6 +113,18 @@ async def serve_chat(
         return await scope.answer(_stream(scope, body, att, client), client)
 
 
+def _options(ex: Exchange, att: Attempt) -> dict[str, Any]:
+    """The chain's options for this attempt. While the reply may still be
+    asked again for coming out empty, a call region the model wrote but
+    that reads as nothing is held back (``Options.hold_unreadable``): the
+    reply is then empty, and the model gets another try; on the last
+    attempt it is given back as text."""
+    opts = att.options(ex.options)
+    if "empty" not in att.done and att.reasks < ex.scope.proxy.cfg.max_reasks:
+        opts = {**opts, "hold_unreadable": True}
+    return opts
+
+
 async def _open(scope: Scope, att: Attempt) -> Exchange | None:
     """The attempt's upstream exchange (its narrowing noted in the
     recording); None when every row failed because the server refused the
@@ -173,7 +185,7 @@ def _repaired(
 ) -> tuple[dict[str, Any], Any]:
     """A whole completion through the chain: (the repaired one, the report)."""
     proxy = ex.scope.proxy
-    ctx = Context.of(client_body, att.options(ex.options))
+    ctx = Context.of(client_body, _options(ex, att))
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.of(ex.scope.model).observe(time.perf_counter() - t0)
@@ -213,7 +225,7 @@ async def _stream(
                 # error) as JSON; repaired, then sent as a stream
                 return await _json_as_stream(ex, await ex.whole(), client, client_body, att)
             # before prepare: fails as a 500
-            session = SSESession(client_body, **att.options(ex.options))
+            session = SSESession(client_body, **_options(ex, att))
             await client.prepare(ex.headers)
             outcome = await _attempt(ex, session, client, att)
         finally:
@@ -238,7 +250,7 @@ async def _json_as_stream(
     ex: Exchange, raw: bytes, client: ClientStream, client_body: dict[str, Any], att: Attempt
 ) -> web.StreamResponse:
     obj = ex.completion(raw, type_="upstream_error")
-    ctx = Context.of(client_body, att.options(ex.options))
+    ctx = Context.of(client_body, _options(ex, att))
     fixed = Chain(ctx).complete(obj)
     ex.scope.proxy.count_report(ctx.report, ex.scope.model)
     await client.prepare(CIMultiDict())
