@@ -270,9 +270,17 @@ CASES: list[tuple[str, str, str, Calls]] = [
         [("lookup_order", {"order_id": "D-4"})],
     ),
     (
+        # the code-line rule (issue 35): prose after a line of code makes it
+        # an example, kept as text in place
         "code-call-no-args-then-text",
         "One moment.\nrefresh_cache()\nAll set.",
-        "One moment.\nAll set.",
+        "One moment.\nrefresh_cache()\nAll set.",
+        [],
+    ),
+    (
+        "code-call-no-args-then-blanks",
+        "One moment.\nrefresh_cache()\n\n",
+        "One moment.",
         [("refresh_cache", {})],
     ),
     (

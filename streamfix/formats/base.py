@@ -211,6 +211,12 @@ class Format:
     #: SGLang's Gemma 4). Blanks at the reply's start or after a call are
     #: layout either way.
     layout_before: ClassVar[bool] = True
+    #: The code-line rule: a call of this format (written as code, no
+    #: wrapper token) is a call only when nothing but blanks or further
+    #: calls follows it to the end of the reply. Prose after it makes it an
+    #: example: it stays text, in place. The detector holds it until that
+    #: is decided (``transforms/detect.py``).
+    ends_reply: ClassVar[bool] = False
 
     @property
     def markup_if_unoffered(self) -> bool:

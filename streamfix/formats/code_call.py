@@ -59,6 +59,7 @@ class CodeCall(Format):
     wrapped = False
     line_start = True
     priority = 60
+    ends_reply = True
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
         return tuple(m for n in tools for m in (f"{n}(", f"functions.{n}("))

@@ -63,6 +63,7 @@ class Pythonic(Format):
     wrapped = False
     line_start = True
     priority = 55
+    ends_reply = True
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
         return tuple(f"[{n}(" for n in tools)

@@ -558,6 +558,9 @@ class ToolTagDetector:
         "_marker",
         "_opaque",
         "_parts",
+        "_over",
+        "_pending",
+        "_pending_size",
         "_plain",
         "_prev",
         "_quiet",
@@ -603,6 +606,16 @@ class ToolTagDetector:
         #: Whether the reply is now in an answer channel of a family whose
         #: calls have their own (``watch_answer``).
         self._answer: Callable[[], bool] | None = None
+        #: The code-line rule (``Format.ends_reply``): what followed a call
+        #: written as code while it is undecided whether prose follows it,
+        #: in order: (call, its text) for such a call, (call, None) for a
+        #: wrapped call lifted after it, (None, blanks) for blanks released
+        #: meanwhile. ``_pending_size``: the characters of its text.
+        self._pending: list[tuple[ToolCall | None, str | None]] = []
+        self._pending_size = 0
+        #: The held text passed its bound: calls written as code are text
+        #: for the rest of the reply.
+        self._over = False
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -817,8 +830,14 @@ class ToolTagDetector:
             held, self._held = self._held, ""
             if not (self._since_call and held.isspace()):
                 self._release(out, held)
+        if final and self._pending:
+            self._settle(out, lift=True)  # nothing but blanks or calls followed
         self._plain = not (
-            self._held or self._leading or self._finder is not None or self._opaque is not None
+            self._held
+            or self._leading
+            or self._finder is not None
+            or self._opaque is not None
+            or self._pending
         )
         return out
 
@@ -871,9 +890,32 @@ class ToolTagDetector:
         return gap_at if _layout_after(s[gap_at - 1] if gap_at else self._prev) else at
 
     def _release(self, out: list[str], text: str) -> None:
-        if text:
-            out.append(text)
-            self._note(text)
+        if not text:
+            return
+        if self._pending:
+            if text.isspace():
+                self._pending.append((None, text))  # still undecided
+                self._note(text)
+                return
+            self.ctx.report.count("released.example_call")
+            self._settle(out, lift=False)  # prose follows: they were examples
+        out.append(text)
+        self._note(text)
+
+    def _settle(self, out: list[str], lift: bool) -> None:
+        """The code-line rule decided (``_pending``): the calls written as
+        code are lifted (``lift``), or their text goes out in place; wrapped
+        calls after them are lifted either way, in order."""
+        pending, self._pending, self._pending_size = self._pending, [], 0
+        for call, text in pending:
+            if call is not None and (lift or text is None):
+                self.ctx.report.count(f"lifted.{call.source}")
+                self._lifted += 1
+                self._add(call)
+            else:
+                assert text is not None
+                out.append(text)
+                self._note(text)
 
     def _note(self, text: str) -> None:
         """Take released ``text`` into the state the next scan needs."""
@@ -1036,11 +1078,16 @@ class ToolTagDetector:
             if not raws:
                 continue
             calls, verdict = self._resolve(raws, fmt)
+            if calls is not None and fmt.ends_reply and self._over:
+                break  # past the bound: text
             if calls is not None:
-                for c in calls:
-                    self.ctx.report.count(f"lifted.{fmt.name}")
-                    self._add(c)
-                self._lifted += len(calls)
+                if fmt.ends_reply or self._pending:
+                    self._hold_calls(calls, (self._gap + region) if fmt.ends_reply else None, out)
+                else:
+                    for c in calls:
+                        self.ctx.report.count(f"lifted.{fmt.name}")
+                        self._add(c)
+                    self._lifted += len(calls)
                 self._since_call = True
                 self._prev = ""
                 self._line_blank = True
@@ -1116,6 +1163,24 @@ class ToolTagDetector:
         if unreadable:
             report.count("dropped_call.unreadable", unreadable)
         return calls, "ok"
+
+    def _hold_calls(self, calls: list[ToolCall], text: str | None, out: list[str]) -> None:
+        """Hold the calls of a region under the code-line rule: ``text``
+        (the region as written) for calls written as code, released in
+        place if prose follows; None for wrapped calls after such a call.
+        Bounded: held text beyond ``max_call_chars`` goes out as text, and
+        so does every call written as code after it in the reply (a run of
+        code that long is a listing, not calls anyone can check)."""
+        if text is not None:
+            self._pending.append((calls[0], text))
+            self._pending.extend((c, "") for c in calls[1:])
+            self._pending_size += len(text)
+        else:
+            self._pending.extend((c, None) for c in calls)
+        if self._pending_size > self.ctx.options.max_call_chars:
+            self.ctx.report.count("released.example_call")
+            self._over = True
+            self._settle(out, lift=False)
 
     def _add(self, call: ToolCall) -> None:
         self._calls.append(call)
