@@ -15,6 +15,10 @@ _BLANKS = (
     "better: whitespace: the blanks between reasoning or call markup and the answer are"
     " trimmed (the engine keeps them; a client would show a blank first line)"
 )
+_BLANK_BEFORE_CALL = (
+    "better: whitespace: the blank between a sentence and the pythonic call list that ends the"
+    " reply is layout, trimmed ('…call:' not '…call: '; SGLang keeps it)"
+)
 _UNCLOSED_ANSWER = (
     "better: unclosed prompt-opened reasoning: a reply that never closes the reasoning the"
     " prompt opened and ends normally (finish stop) is the answer; the engine hides it all as"
@@ -50,7 +54,6 @@ def _open(cls: str, detail: str) -> str:
 
 
 _PY_LITERALS = "pythonic literals"
-_PY_AFTER_TEXT = "pythonic list after text"
 _CALL_IN_REASONING = "call ends unclosed reasoning"
 _REASONING_FORMATS = "reasoning format not split"
 _REASONING_MODELS = "reasoning model not known"
@@ -103,14 +106,9 @@ KNOWN: dict[str, str] = {
         " stays a string; mlx-lm reads it with literal_eval",
     ),
     # pythonic list after text
-    "sglang/pythonic-complete": _open(
-        _PY_AFTER_TEXT,
-        "'text: [get_weather(...)]' ending the reply is not lifted (a reply that ends with the"
-        " call should be)",
-    ),
-    "sglang/pythonic-text-before": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic-partial": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic-partial-nested": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
+    "sglang/pythonic-complete": _BLANK_BEFORE_CALL,
+    "sglang/pythonic-partial": _BLANK_BEFORE_CALL,
+    "sglang/pythonic-partial-nested": _BLANK_BEFORE_CALL,
     # a call inside or ending unclosed reasoning
     "lmdeploy/glm47-tool-ends-reasoning": _open(
         _CALL_IN_REASONING,
@@ -293,8 +291,8 @@ KNOWN: dict[str, str] = {
         " end of the reply, is lifted (its arguments are whole); SGLang leaves the raw markup in"
         " the content"
     ),
-    "sglang/pythonic2-leading-text": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic2-text-then-call": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
+    "sglang/pythonic2-leading-text": _BLANK_BEFORE_CALL,
+    "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
     "sglang/pythonic2-dict-arg": _open(
         _PY_LITERALS, "a Python dict literal as the value of a string parameter: no call, all text"
     ),

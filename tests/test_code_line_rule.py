@@ -197,3 +197,20 @@ async def test_through_the_doors(
     assert (text, calls) == (EXAMPLE, [])  # an example: no tool_use, the line kept
     text, calls = await DOORS[door](px, stream)
     assert (text.strip(), calls) == ("Cleaning up now.", [RM])
+
+
+def test_a_pythonic_list_after_text_ends_the_reply_or_is_an_example() -> None:
+    """``[NAME(...)]`` after text on its line is a call when it ends the
+    reply (SGLang reads Llama 4 so); with prose after it, it is text."""
+    ends = "Let me check: [Read(file_path='a.txt')]"
+    assert check_split_invariant(ends, REQUEST) == (
+        "Let me check:",
+        "",
+        [("Read", {"file_path": "a.txt"})],
+        "tool_calls",
+    )
+    for text in (
+        "Let me check: [Read(file_path='a.txt')] and then report back.",
+        "Write [Read(file_path='a.txt')]\nto read a file.",
+    ):
+        assert check_split_invariant(text, REQUEST) == (text, "", [], "stop")

@@ -65,9 +65,6 @@ class Pythonic(Format):
     priority = 55
     ends_reply = True
 
-    def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
-        return tuple(f"[{n}(" for n in tools)
-
     def end_finder(self, marker: str) -> EndFinder:
         return BalancedLine()
 
@@ -81,4 +78,19 @@ class Pythonic(Format):
         return pythonic_calls(region, tools)
 
 
-FORMATS: list[Format] = [Pythonic()]
+class PythonicNamed(Pythonic):
+    """The list opened by an offered tool's name, ``[NAME(``: also after
+    text on its line (``Here's the call: [get_weather(city='X')]``, as
+    SGLang reads Llama 4's replies). The code-line rule keeps it safe: it is
+    a call only when nothing but blanks or further calls follows it to the
+    end of the reply; prose after it leaves it text."""
+
+    markers = ()
+    leading = ()
+    line_start = False
+
+    def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
+        return tuple(f"[{n}(" for n in tools)
+
+
+FORMATS: list[Format] = [Pythonic(), PythonicNamed()]
