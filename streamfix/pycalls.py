@@ -104,8 +104,10 @@ class _Reader:
         keywords: dict[str, Any] = {}
         while self.peek() != close:
             m = _IDENT.match(self.s, self.i)
-            if m is not None and self.s[m.end() :].lstrip()[:1] == "=" and (
-                self.s[m.end() :].lstrip()[1:2] != "="
+            if (
+                m is not None
+                and self.s[m.end() :].lstrip()[:1] == "="
+                and (self.s[m.end() :].lstrip()[1:2] != "=")
             ):
                 self.i = m.end()
                 self.take("=")

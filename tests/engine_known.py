@@ -222,11 +222,6 @@ KNOWN: dict[str, str] = {
     "mlx-lm/glm47-multiply-2": _open(
         _SWALLOWED, "'<tool_call>multiply a=1 b=2</tool_call>' (key=value arguments): no call"
     ),
-    "sglang/llama32-python-tag-separated": _open(
-        _SIBLINGS,
-        "two Llama calls each after <|python_tag|>: the second is left as text, its token cut"
-        " to 'python_tag|>'",
-    ),
     # argument types and text
     "sglang/qwen3-coder-type-conversion": _open(
         _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"

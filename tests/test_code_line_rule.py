@@ -44,7 +44,7 @@ EXAMPLE = (
     "but I have not run it; tell me if you want me to."
 )
 USAGE = (
-    "The Read tool takes a path:\n\n    Read(file_path=\"/etc/hosts\")\n\n"
+    'The Read tool takes a path:\n\n    Read(file_path="/etc/hosts")\n\n'
     "returns the file's lines, numbered."
 )
 ONLY = 'Bash(command="rm -rf build/")'
@@ -125,9 +125,11 @@ async def proxy() -> AsyncIterator[tuple[FakeUpstream, AppServer]]:
 
 async def _chat(px: AppServer, stream: bool) -> tuple[str, list[Any]]:
     body = {**REQUEST, "stream": stream}
-    async with aiohttp.ClientSession() as s:
-        async with s.post(px.url + "/chat/completions", json=body) as r:
-            data = await r.read()
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(px.url + "/chat/completions", json=body) as r,
+    ):
+        data = await r.read()
     if stream:
         a = assemble(data)
         return a.content, a.calls()

@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from ..jsoncodec import loads as _json
-from ..spec import ToolSpec
 from ..pycalls import read_calls
+from ..spec import ToolSpec
 from ..toolargs import call_node_args, schema_types
 from .base import ABORT, UNREADABLE, Format, RawCall
 from .scan import Balanced, end_of_first

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..pycalls import read_calls
 from ..spec import ToolSpec
@@ -58,8 +58,8 @@ def _raw(
 
 class Pythonic(Format):
     name = "pythonic"
-    markers = ("[",)
-    leading = ("[",)
+    markers: ClassVar[tuple[str, ...]] = ("[",)
+    leading: ClassVar[tuple[str, ...]] = ("[",)
     wrapped = False
     line_start = True
     priority = 55
