@@ -272,8 +272,10 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
             try:
                 parsed = _loads(v)
             except orjson.JSONDecodeError:
-                return value
-            if isinstance(parsed, dict if "object" in types else list):
+                # A Python dict or list literal (single quotes, True), as
+                # mlx-lm reads it (``literal_eval``).
+                parsed = _repair(v)
+            if isinstance(parsed, dict if v.startswith("{") else list):
                 return parsed
         return value
     if isinstance(value, bool):

@@ -100,11 +100,6 @@ KNOWN: dict[str, str] = {
     "sglang/mistral2-invalid-json": _GIVEN_BACK,
     "sglang/cohere4-malformed-body": _GIVEN_BACK,
     # pythonic literals
-    "mlx-lm/qwen3_coder-single-quoted-params": _open(
-        _PY_LITERALS,
-        "a Python dict/list literal (single quotes, True) as an object/array parameter value"
-        " stays a string; mlx-lm reads it with literal_eval",
-    ),
     # pythonic list after text
     "sglang/pythonic-complete": _BLANK_BEFORE_CALL,
     "sglang/pythonic-partial": _BLANK_BEFORE_CALL,
