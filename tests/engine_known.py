@@ -53,7 +53,6 @@ def _open(cls: str, detail: str) -> str:
     return f"open: {cls}: {detail}"
 
 
-_PY_LITERALS = "pythonic literals"
 _CALL_IN_REASONING = "call ends unclosed reasoning"
 _REASONING_FORMATS = "reasoning format not split"
 _REASONING_MODELS = "reasoning model not known"
@@ -283,12 +282,6 @@ KNOWN: dict[str, str] = {
     ),
     "sglang/pythonic2-leading-text": _BLANK_BEFORE_CALL,
     "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
-    "sglang/pythonic2-dict-arg": _open(
-        _PY_LITERALS, "a Python dict literal as the value of a string parameter: no call, all text"
-    ),
-    "sglang/pythonic2-list-arg": _open(
-        _PY_LITERALS, "a Python list literal as the value of a string parameter: no call, all text"
-    ),
     "sglang/hunyuan-hy4-opensource-tags": _open(
         _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
     ),

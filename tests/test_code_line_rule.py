@@ -216,3 +216,16 @@ def test_a_pythonic_list_after_text_ends_the_reply_or_is_an_example() -> None:
         "Write [Read(file_path='a.txt')]\nto read a file.",
     ):
         assert check_split_invariant(text, REQUEST) == (text, "", [], "stop")
+
+
+def test_a_named_pythonic_list_off_the_schema_is_still_a_call() -> None:
+    """``[NAME(...)]`` ending the reply is a call as a wrapper is: arguments
+    that do not fit the schema are counted, not a reason to show code."""
+    text = "[Read(file_path=['a.txt', 'b.txt'])]"
+    got = check_split_invariant(text, REQUEST)
+    assert got == ("", "", [("Read", {"file_path": ["a.txt", "b.txt"]})], "tool_calls")
+    _, report = run_pieces([text], REQUEST)
+    assert report.counts["invalid_arguments"] == 1
+    # a line of code off the schema is still code
+    line = "Read(file_path=['a.txt', 'b.txt'])"
+    assert check_split_invariant(line, REQUEST) == (line, "", [], "stop")

@@ -217,10 +217,19 @@ class Format:
     #: example: it stays text, in place. The detector holds it until that
     #: is decided (``transforms/detect.py``).
     ends_reply: ClassVar[bool] = False
+    #: Arguments that do not fit the tool's schema still make a call
+    #: (counted ``invalid_arguments``), as in a wrapper; None: only when
+    #: ``wrapped``. A bare candidate that does not fit is text.
+    invalid_is_call: ClassVar[bool | None] = None
 
     @property
     def markup_if_unoffered(self) -> bool:
         u = self.unoffered_is_markup
+        return self.wrapped if u is None else u
+
+    @property
+    def call_if_invalid(self) -> bool:
+        u = self.invalid_is_call
         return self.wrapped if u is None else u
 
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:

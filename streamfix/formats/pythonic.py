@@ -88,6 +88,10 @@ class PythonicNamed(Pythonic):
     markers = ()
     leading = ()
     line_start = False
+    #: ``[`` and an offered tool's name, ending the reply, is a call as
+    #: surely as a wrapper is: arguments off the schema are the tool's to
+    #: judge (SGLang passes a dict for a string parameter through).
+    invalid_is_call = True
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
         return tuple(f"[{n}(" for n in tools)

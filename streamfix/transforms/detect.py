@@ -1152,7 +1152,7 @@ class ToolTagDetector:
             schema = tools[name].parameters
             args, converted = coerce(args, schema)
             if validate(args, schema):
-                if not fmt.wrapped:
+                if not fmt.call_if_invalid:
                     return None, "invalid"
                 report.count("invalid_arguments")
             if repaired or converted:
