@@ -58,8 +58,6 @@ _REASONING_FORMATS = "reasoning format not split"
 _REASONING_MODELS = "reasoning model not known"
 _STRAY_THINK = "stray and nested think tags"
 _HARMONY = "harmony"
-_SWALLOWED = "recognised call swallowed"
-_SIBLINGS = "one call of several lost"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
@@ -207,15 +205,6 @@ KNOWN: dict[str, str] = {
         )
         for n in (1, 2, 3, 4, 5)
     },
-    # calls swallowed / lost
-    "sglang/glm45-array-escaped-json": _open(
-        _SWALLOWED,
-        "GLM call with a literal '\\n' after the name and backslash-escaped JSON in <arg_value>:"
-        " the call is removed and the reply is empty",
-    ),
-    "mlx-lm/glm47-multiply-2": _open(
-        _SWALLOWED, "'<tool_call>multiply a=1 b=2</tool_call>' (key=value arguments): no call"
-    ),
     # argument types and text
     "sglang/qwen3-coder-type-conversion": _open(
         _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
