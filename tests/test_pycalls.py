@@ -124,3 +124,25 @@ def test_python_literal_as_an_object_or_array_value() -> None:
     }
     assert convert_value("['fiction', 'new']", {"type": "array"}) == ["fiction", "new"]
     assert convert_value("{'x': 1e999}", {"type": "object"}) == "{'x': 1e999}"
+
+
+def test_a_bad_line_of_a_minimax_block_leaves_the_others() -> None:
+    """MiniMax M1's ``<tool_calls>``, one JSON object per line (vLLM's
+    parser test): the good lines are lifted, the bad one counted."""
+    text = (
+        '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Seattle"}}\n'
+        '{invalid json here}\n{"name": "search", "arguments": {"query": "x"}}\n</tool_calls>'
+    )
+    request = {
+        "model": "MiniMax-M1",
+        "messages": [],
+        "tools": [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+            for n in ("get_weather", "search")
+        ],
+    }
+    content, _, calls, _ = check_split_invariant(text, request)
+    assert content == ""
+    assert calls == [("get_weather", {"city": "Seattle"}), ("search", {"query": "x"})]
+    _, report = run_pieces([text], request)
+    assert report.counts["dropped_call.unreadable"] == 1
