@@ -20,9 +20,13 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   marker in priority order. A call: names resolved among the offered tools,
   arguments repaired, converted and validated by ``toolargs``; lifted through
   ``Delta.add_call``; ``finish_reason`` becomes ``tool_calls`` at the end.
-  Not a call: inside unmistakable syntax it is markup (stripped, counted as
-  ``stripped.unparsed_call``, sampled); a bare candidate is text, released
-  verbatim.
+  One call of several that does not read is dropped
+  (``dropped_call.unreadable``), the others lifted. Not a call: inside
+  unmistakable syntax, a call to a tool not offered is markup (stripped,
+  sampled); one in which nothing reads is given back as text
+  (``given_back.unreadable``), or held back (``stripped.unparsed_call``)
+  for a caller that asks again (``Options.hold_unreadable``); a bare
+  candidate is text, released verbatim.
 - **A mention is not a call.** A wrapped marker is unmistakable only when
   a body follows it: while the region's head is short (``SHAPE_MAX``) each
   format sharing the marker says whether it reads as its body
@@ -36,7 +40,11 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   a closed wrapper, an empty wrapper) is stripped.
 - **Code is text.** A marker inside inline code or a code block of the
   released text (``codespans``) starts no region; a line of code is a call
-  only when it stands on its own line (``formats/code_call.py``).
+  only when it stands on its own line (``formats/code_call.py``) and nothing
+  but blanks or further calls follows it to the end of the reply (the
+  code-line rule, ``Format.ends_reply``): its calls are held
+  (``_pending``) until the next text that is not blank, which releases
+  their text in place, or the end, which lifts them.
 - **Answer channels.** After an answer header of a family whose calls have
   their own channel (the answer channel, ``Reasoning.calls_apart``;
   the reasoning splitter says so, ``watch_answer``), a bare candidate
