@@ -576,6 +576,7 @@ class ToolTagDetector:
         "_since_call",
         "_size",
         "_truncated",
+        "_unfinished",
         "ctx",
         "m",
     )
@@ -624,6 +625,9 @@ class ToolTagDetector:
         #: The held text passed its bound: calls written as code are text
         #: for the rest of the reply.
         self._over = False
+        #: The stream ended with no finish reason (the upstream died): a
+        #: region open then is cut off, not given back.
+        self._unfinished = False
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -797,6 +801,7 @@ class ToolTagDetector:
 
     def close(self, d: Delta) -> None:
         text = d.content or ""
+        self._unfinished = d.finish_reason is None
         out = self._process(text, True, d.finish_reason == "length")
         self._flush(d)
         joined = "".join(out)
@@ -1085,7 +1090,7 @@ class ToolTagDetector:
             raws = fmt.parse(region, tools)
             if not raws:
                 continue
-            calls, verdict = self._resolve(raws, fmt)
+            calls, verdict = self._resolve(raws, fmt, cut=at_end and length)
             if calls is not None and fmt.ends_reply and self._over:
                 break  # past the bound: text
             if calls is not None:
@@ -1124,7 +1129,11 @@ class ToolTagDetector:
             # caller that asks again (``Options.hold_unreadable``); else given
             # back as text, never as nothing.
             report.sample_unrecognised(region)
-            if self.ctx.options.hold_unreadable or _MARKUP_ONLY.fullmatch(region):
+            if (
+                self.ctx.options.hold_unreadable
+                or _MARKUP_ONLY.fullmatch(region)
+                or (at_end and self._unfinished)  # the upstream died inside it
+            ):
                 report.count("stripped.unparsed_call")
                 self._since_call = True
             else:
@@ -1136,12 +1145,16 @@ class ToolTagDetector:
             self._release(out, region)
         self._clear()
 
-    def _resolve(self, raws: list[RawCall], fmt: Format) -> tuple[list[ToolCall] | None, str]:
+    def _resolve(
+        self, raws: list[RawCall], fmt: Format, cut: bool = False
+    ) -> tuple[list[ToolCall] | None, str]:
         """The calls of a region, each read on its own: one that does not
         read (``UNREADABLE``, arguments that parse as nothing) beside ones
         that do is dropped, counted ``dropped_call.unreadable``; the others
         are lifted. A call to a tool not offered, or one whose arguments do
-        not fit the schema in a bare candidate, still decides the region."""
+        not fit the schema in a bare candidate, still decides the region; so
+        does one that does not read in a region ``cut`` by the token limit
+        (cut off as a whole: the proxy asks again rather than run half)."""
         tools = self.ctx.tools
         report = self.ctx.report
         calls: list[ToolCall] = []
@@ -1166,6 +1179,8 @@ class ToolTagDetector:
             if repaired or converted:
                 report.count("repaired_arguments")
             calls.append(ToolCall(name, dumps(args), source=fmt.name))
+        if unreadable and cut:
+            return None, "bad_arguments"
         if not calls:
             return None, "bad_arguments" if len(raws) == 1 and unreadable else "none"
         if unreadable:
