@@ -54,6 +54,15 @@ class Options:
     #: past it is not a call anyone can use: it is released/stripped as the
     #: detector documents, and counted.
     max_call_chars: int = 256 * 1024
+    #: A call region the detector recognised but can read nothing in (a
+    #: closed ``<tool_call>`` around broken JSON, a wrapper cut off with no
+    #: ``length`` finish) is given back: it goes out as text, counted
+    #: ``given_back.unreadable``, never as nothing. True holds it back
+    #: instead (removed, counted ``stripped.unparsed_call``): for a caller
+    #: that asks again when the reply comes out empty (the proxy does, on
+    #: every attempt but its last), so that the model gets another try
+    #: before the user sees raw call syntax.
+    hold_unreadable: bool = False
     #: How much of the start of a reply the reasoning splitter holds while
     #: it may be a reasoning section the prompt opened (only its close
     #: arrives). Holding delays the first text of every

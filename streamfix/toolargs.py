@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from . import jsoncodec
+from .pycalls import read_args
 
 #: JSON read with integers of any size exact (orjson reads one beyond 64
 #: bits as a float); raises ``orjson.JSONDecodeError``.
@@ -300,8 +301,10 @@ def convert_value(value: Any, prop: dict[str, Any]) -> Any:
             try:
                 parsed = _loads(v)
             except orjson.JSONDecodeError:
-                return value
-            if isinstance(parsed, dict if "object" in types else list):
+                # A Python dict or list literal (single quotes, True), as
+                # mlx-lm reads it (``literal_eval``).
+                parsed = _repair(v)
+            if isinstance(parsed, dict if v.startswith("{") else list):
                 return parsed
         return value
     if isinstance(value, bool):
@@ -407,14 +410,16 @@ def parse_call_args(text: str) -> tuple[list[Any], dict[str, Any]] | None:
     between its parentheses: Python keyword arguments (``order_id="D-4"``,
     ``key=True``), JSON-ish values, or positional literals. Returns
     ``(positional, keywords)``; None when any argument is not a literal
-    (a variable, an expression): that is code, not a call to lift."""
+    (a variable, an expression): that is code, not a call to lift. What
+    Python does not parse is read as models write it (``pycalls``)."""
     src = text.strip()
     if not src:
         return [], {}
     try:
         node = ast.parse(f"f({src})", mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return _json_args(src)
+        got = read_args(src)
+        return got if got is not None else _json_args(src)
     if not isinstance(node, ast.Call):
         return None
     return call_node_args(node)
@@ -441,8 +446,23 @@ _JSON_NAMES = {"true": True, "false": False, "null": None}
 
 
 def _literal(node: ast.expr) -> Any:
+    """A literal's value: what ``ast.literal_eval`` reads, and JSON's
+    ``true``/``false``/``null`` at any depth (Olmo 3 and LFM2 write them in
+    Python syntax); a set is a list (JSON has none)."""
     if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
         return _JSON_NAMES[node.id]  # JSON spellings inside Python syntax
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        out: dict[str, Any] = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            if k is None:
+                raise ValueError("** in a dict")
+            key = _literal(k)
+            if not isinstance(key, str):
+                raise ValueError("a key that is not a string")
+            out[key] = _literal(v)
+        return out
     value = ast.literal_eval(node)
     if not _json_safe(value):
         raise ValueError("not JSON")

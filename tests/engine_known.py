@@ -15,6 +15,10 @@ _BLANKS = (
     "better: whitespace: the blanks between reasoning or call markup and the answer are"
     " trimmed (the engine keeps them; a client would show a blank first line)"
 )
+_BLANK_BEFORE_CALL = (
+    "better: whitespace: the blank between a sentence and the pythonic call list that ends the"
+    " reply is layout, trimmed ('…call:' not '…call: '; SGLang keeps it)"
+)
 _UNCLOSED_ANSWER = (
     "better: unclosed prompt-opened reasoning: a reply that never closes the reasoning the"
     " prompt opened and ends normally (finish stop) is the answer; the engine hides it all as"
@@ -32,6 +36,11 @@ _EXAMPLE = (
     "better: a call followed by prose: a bare call (no wrapper token) with prose after it is"
     " an example, kept as text (the code-line rule of issue 35); the engine lifts it"
 )
+_GIVEN_BACK = (
+    "better: given back: a call region that is recognised but holds nothing readable goes out"
+    " as text (counted given_back.unreadable; the proxy first asks again), never as nothing;"
+    " the engine drops it and the client gets an empty reply"
+)
 _EMPTY_THINK = (
     "better: empty think pair: the model's own <think></think> after the prompt opened the"
     " reasoning is dropped; llama.cpp keeps '<think>' as the reasoning text"
@@ -44,12 +53,8 @@ def _open(cls: str, detail: str) -> str:
     return f"open: {cls}: {detail}"
 
 
-_PY_LITERALS = "pythonic literals"
-_PY_AFTER_TEXT = "pythonic list after text"
 _CALL_IN_REASONING = "call ends unclosed reasoning"
 _HARMONY = "harmony"
-_SWALLOWED = "recognised call swallowed"
-_SIBLINGS = "one call of several lost"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
@@ -84,28 +89,13 @@ KNOWN: dict[str, str] = {
     "sglang/pythonic-two-lists": _EXAMPLE + " (here two lists with ' and ' between)",
     "sglang/llama32-trailing-text": _EXAMPLE + " (a bare Llama JSON call)",
     "llamacpp/qwen3.5-12": _EMPTY_THINK,
+    "sglang/mistral2-invalid-json": _GIVEN_BACK,
+    "sglang/cohere4-malformed-body": _GIVEN_BACK,
     # pythonic literals
-    "mlx-lm/qwen3_coder-single-quoted-params": _open(
-        _PY_LITERALS,
-        "a Python dict/list literal (single quotes, True) as an object/array parameter value"
-        " stays a string; mlx-lm reads it with literal_eval",
-    ),
-    "llamacpp/lfm2-7": _open(
-        _PY_LITERALS, "JSON true/null inside a dict argument of a pythonic call: the call is lost"
-    ),
-    "llamacpp/lfm2-8": _open(
-        _PY_LITERALS,
-        "a dotted name with a dict holding JSON true (Calendar.create_event): the call is lost",
-    ),
     # pythonic list after text
-    "sglang/pythonic-complete": _open(
-        _PY_AFTER_TEXT,
-        "'text: [get_weather(...)]' ending the reply is not lifted (a reply that ends with the"
-        " call should be)",
-    ),
-    "sglang/pythonic-text-before": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic-partial": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic-partial-nested": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
+    "sglang/pythonic-complete": _BLANK_BEFORE_CALL,
+    "sglang/pythonic-partial": _BLANK_BEFORE_CALL,
+    "sglang/pythonic-partial-nested": _BLANK_BEFORE_CALL,
     # a call inside or ending unclosed reasoning
     "llamacpp/kimi-k2-thinking-11": _open(
         _CALL_IN_REASONING,
@@ -152,20 +142,6 @@ KNOWN: dict[str, str] = {
         )
         for n in (1, 2, 3, 4, 5)
     },
-    # calls swallowed / lost
-    "sglang/glm45-array-escaped-json": _open(
-        _SWALLOWED,
-        "GLM call with a literal '\\n' after the name and backslash-escaped JSON in <arg_value>:"
-        " the call is removed and the reply is empty",
-    ),
-    "mlx-lm/glm47-multiply-2": _open(
-        _SWALLOWED, "'<tool_call>multiply a=1 b=2</tool_call>' (key=value arguments): no call"
-    ),
-    "sglang/llama32-python-tag-separated": _open(
-        _SIBLINGS,
-        "two Llama calls each after <|python_tag|>: the second is left as text, its token cut"
-        " to 'python_tag|>'",
-    ),
     # argument types and text
     "sglang/qwen3-coder-type-conversion": _open(
         _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
@@ -227,24 +203,13 @@ KNOWN: dict[str, str] = {
         " end of the reply, is lifted (its arguments are whole); SGLang leaves the raw markup in"
         " the content"
     ),
-    "sglang/pythonic2-leading-text": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic2-text-then-call": _open(_PY_AFTER_TEXT, "as sglang/pythonic-complete"),
-    "sglang/pythonic2-dict-arg": _open(
-        _PY_LITERALS, "a Python dict literal as the value of a string parameter: no call, all text"
-    ),
-    "sglang/pythonic2-list-arg": _open(
-        _PY_LITERALS, "a Python list literal as the value of a string parameter: no call, all text"
-    ),
+    "sglang/pythonic2-leading-text": _BLANK_BEFORE_CALL,
+    "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
     "sglang/hunyuan-hy4-opensource-tags": _open(
         _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
     ),
     "sglang/reasoning2-gpt-oss-analysis-final": _open(
         _HARMONY,
         "'<|end|><|channel|>final' with no <|start|>assistant between: 'final' leaks into content",
-    ),
-    "sglang/malformed-qwen25-sibling": _open(
-        _SIBLINGS,
-        "a JSON array in one <tool_call> with a non-object entry beside a good call: no call"
-        " at all (SGLang keeps the good one)",
     ),
 }

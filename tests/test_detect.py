@@ -92,8 +92,14 @@ def test_capture_without_tools_is_untouched() -> None:
             "Hi.",
             "stripped.unoffered_call",
         ),
-        # Wrapped but not parseable: markup.
-        ("<tool_call>lookup_order please</tool_call>Ok", "Ok", "stripped.unparsed_call"),
+        # Wrapped but not parseable: recognised and unreadable, given back
+        # as text (issue 35: never as nothing; held back only on request,
+        # ``test_unreadable_region_held_back_on_request``).
+        (
+            "<tool_call>lookup_order please</tool_call>Ok",
+            "<tool_call>lookup_order please</tool_call>Ok",
+            "given_back.unreadable",
+        ),
         # Bare JSON naming no offered tool: text.
         (
             '{"name": "delete_all", "arguments": {}}',
@@ -197,8 +203,24 @@ def test_glm_call_cut_before_its_close_is_not_a_call() -> None:
 def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
     text = 'Ok.<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A'
     a, report = run_pieces([text])
+    assert (a.content, a.tool_calls, a.finish_reason) == (text, [], "stop")
+    assert report.counts["given_back.unreadable"] == 1 and not report.truncated_call
+    a, report = run_pieces([text], hold_unreadable=True)
     assert (a.content, a.tool_calls, a.finish_reason) == ("Ok.", [], "stop")
     assert report.counts["stripped.unparsed_call"] == 1 and not report.truncated_call
+
+
+def test_unreadable_region_held_back_on_request() -> None:
+    """A caller that asks again (the proxy) holds an unreadable region back:
+    the reply is then empty, and says so; else it goes out as text."""
+    text = "<tool_call>lookup_order please</tool_call>"
+    for pieces in ([text], list(text)):
+        a, report = run_pieces(pieces, hold_unreadable=True)
+        assert (a.content, a.tool_calls) == ("", [])
+        assert report.counts["stripped.unparsed_call"] == 1 and report.empty_after_repair
+        a, report = run_pieces(pieces)
+        assert (a.content, a.tool_calls) == (text, [])
+        assert report.counts["given_back.unreadable"] == 1 and not report.empty_after_repair
 
 
 def test_unfinished_bare_candidate_without_length_is_text() -> None:

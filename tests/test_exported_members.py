@@ -56,6 +56,7 @@ PUBLIC = {
         "RawCall",
         "Reasoning",
         "Residue",
+        "UNREADABLE",
         "UntilMarker",
         "all_formats",
         "by_name",

@@ -97,14 +97,22 @@ def test_a_mention_is_released_as_it_streams_not_at_the_end() -> None:
     assert "<tool_call> tags, and then" in assemble(out).content
 
 
-def test_a_broken_call_is_still_not_shown() -> None:
-    """Raw call syntax never reaches the user when the region is a call:
-    cut off, or a well-formed wrapper whose JSON is broken, or empty."""
+def test_a_broken_call_is_given_back_or_held_back() -> None:
+    """A region that reads as a call but holds nothing readable (a wrapper
+    whose JSON is broken, or that the stream ends inside with no length
+    finish) goes out as text, counted, never as nothing (issue 35); a
+    caller that asks again (``hold_unreadable``, the proxy) holds it back.
+    Cut off by the token limit it is a cut-off call: never shown. An empty
+    wrapper has nothing to give back: removed."""
     cut = '<tool_call>{"name": "lookup_order", "arguments": {'
-    assert check_split_invariant(cut)[0] == ""
+    assert check_split_invariant(cut)[0] == cut
     assert check_split_invariant(cut, finish="length")[0] == ""
     broken = 'Checking.<tool_call>{"name": "lookup_order", "arguments": {"order_id": }}</tool_call>'
-    assert check_split_invariant(broken)[0] == "Checking."
+    assert check_split_invariant(broken)[0] == broken
+    a, report = run_pieces([broken])
+    assert report.counts["given_back.unreadable"] == 1
+    a, report = run_pieces([broken], hold_unreadable=True)
+    assert a.content == "Checking." and report.counts["stripped.unparsed_call"] == 1
     assert check_split_invariant("Done.<tool_call>\n</tool_call>")[0] == "Done."
     xml = "<tool_call>\n<function=lookup_order>\n<parameter=order_id>\n"
     assert check_split_invariant(xml, finish="length")[0] == ""

@@ -137,6 +137,8 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "hermes-unclosed-string-ends-at-a-close-on-its-own-line",
         '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001}}\n</tool_call>'
         " Next.",
+        # unreadable (the string never closes): given back as text (issue 35)
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001}}\n</tool_call>'
         " Next.",
         [],
     ),
@@ -268,9 +270,17 @@ CASES: list[tuple[str, str, str, Calls]] = [
         [("lookup_order", {"order_id": "D-4"})],
     ),
     (
+        # the code-line rule (issue 35): prose after a line of code makes it
+        # an example, kept as text in place
         "code-call-no-args-then-text",
         "One moment.\nrefresh_cache()\nAll set.",
-        "One moment.\nAll set.",
+        "One moment.\nrefresh_cache()\nAll set.",
+        [],
+    ),
+    (
+        "code-call-no-args-then-blanks",
+        "One moment.\nrefresh_cache()\n\n",
+        "One moment.",
         [("refresh_cache", {})],
     ),
     (

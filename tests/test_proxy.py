@@ -243,6 +243,36 @@ async def test_reask_on_empty_reply(stream: bool) -> None:
     assert 'streamfix_reasks_total{reason="empty"} 1.0' in text
 
 
+UNREADABLE = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": }}</tool_call>'
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_unreadable_call_is_asked_again_then_given_back(stream: bool) -> None:
+    """A call region that reads as nothing is held back while the proxy may
+    still ask again (the reply is empty: asked again), and given back as
+    text on the last attempt, never as nothing (issue 35)."""
+    async with FakeUpstream() as up:
+        for _ in range(2):
+            up.push(
+                Reply.stream(text_stream([UNREADABLE[:30], UNREADABLE[30:]]))
+                if stream
+                else Reply.json(completion(UNREADABLE))
+            )
+        async with AppServer(proxy_app(up.url, max_reasks=1)) as px:
+            status, _, data = await post(px.url, {**TOOLS_BODY, "stream": stream})
+            text = await metrics_text(px)
+    assert status == 200
+    if stream:
+        a = assemble(data)
+        content, calls = a.content, a.tool_calls
+    else:
+        msg = orjson.loads(data)["choices"][0]["message"]
+        content, calls = msg["content"], msg.get("tool_calls")
+    assert content == UNREADABLE and not calls
+    assert len(up.chat_requests) == 2
+    assert 'streamfix_reasks_total{reason="empty"} 1.0' in text
+
+
 def truncated_call_stream() -> bytes:
     # llama.cpp with max_tokens too small: arguments stop mid-object (capture b3)
     return call_chunks("lookup_order", '{ "order_id":', pieces=2)

@@ -284,7 +284,8 @@ def test_calls_without_angle_brackets_in_a_run_are_lifted() -> None:
     or the call would pass as text."""
     cases = [
         [" a"] * 8 + ["\n", "get", "_weather", "(", "city", "=", "'Paris'", ")"],
-        [" x"] * 3 + ["\n", "get_weather", "(", "city", "=", "'Paris'", ")", "\n"] + [" y"] * 5,
+        # blanks after it: prose would make the line an example (the code-line rule)
+        [" x"] * 3 + ["\n", "get_weather", "(", "city", "=", "'Paris'", ")", "\n"] + ["  "] * 5,
         [" Here", ":", "\n", "```", "\n", "get_weather", "(", "city", "=", "1", ")", "\n", "```"],
     ]
     for texts in cases:

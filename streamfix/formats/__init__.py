@@ -7,6 +7,7 @@ the built-in formats are made of."""
 from .base import (
     ABORT,
     OPAQUE,
+    UNREADABLE,
     EndFinder,
     Format,
     Plugin,
@@ -29,6 +30,7 @@ from .scan import Balanced, UntilMarker
 __all__ = [
     "ABORT",
     "OPAQUE",
+    "UNREADABLE",
     "Balanced",
     "EndFinder",
     "Format",

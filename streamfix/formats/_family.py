@@ -30,9 +30,10 @@ from typing import Any
 import orjson
 
 from ..jsoncodec import loads as _json
+from ..pycalls import read_calls
 from ..spec import ToolSpec
-from ..toolargs import schema_types
-from .base import ABORT, Format, RawCall
+from ..toolargs import call_node_args, schema_types
+from .base import ABORT, UNREADABLE, Format, RawCall
 from .scan import Balanced, end_of_first
 
 FORMATS: list[Format] = []
@@ -434,20 +435,19 @@ def xml_calls(
     return calls
 
 
-def _literal(node: ast.expr) -> Any:
-    return ast.literal_eval(node)
-
-
 def python_calls(text: str) -> list[RawCall] | None:
     """``[f(a=1), g()]`` or one or more ``f(a=1)`` lines: the calls, with
-    keyword arguments as a dict. None when the text is not only that."""
+    keyword arguments as a dict, each read on its own (one that does not
+    read is ``UNREADABLE`` in its place). None when the text is not only
+    calls. What Python does not parse is read as models write it
+    (``pycalls``)."""
     s = text.strip()
     if not s:
         return None
     try:
         tree = ast.parse(s, mode="exec")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+        return _loose_calls(s)
     nodes: list[ast.expr] = []
     for stmt in tree.body:
         if not isinstance(stmt, ast.Expr):
@@ -464,16 +464,28 @@ def python_calls(text: str) -> list[RawCall] | None:
         name = dotted_name(node.func)
         if name is None:
             return None
-        kwargs: dict[str, Any] = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                return None
-            try:
-                kwargs[kw.arg] = _literal(kw.value)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                return None
-        out.append(RawCall(name, kwargs))
-    return out or None
+        got = call_node_args(node)
+        out.append(UNREADABLE if got is None else RawCall(name, got[1]))
+    return _some(out)
+
+
+def _loose_calls(s: str) -> list[RawCall] | None:
+    """``python_calls`` of text Python does not parse: a list or one call,
+    else one call per line."""
+    read = read_calls(s)
+    if read is None:
+        lines = [ln for ln in s.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            return None
+        read = []
+        for ln in lines:
+            one = read_calls(ln)
+            read.extend([None] if one is None else one)
+    return _some([UNREADABLE if c is None or c[1] else RawCall(c[0], c[2]) for c in read])
+
+
+def _some(calls: list[RawCall]) -> list[RawCall] | None:
+    return None if all(c is UNREADABLE for c in calls) else calls
 
 
 def dotted_name(node: ast.expr) -> str | None:

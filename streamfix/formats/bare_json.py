@@ -105,7 +105,7 @@ class BareJson(Format):
         return names_an_offered_tool(region, tools)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-        return json_calls(region)
+        return json_calls(region, siblings=False)
 
 
 FORMATS: list[Format] = [BareJson()]

@@ -186,6 +186,12 @@ class RawCall:
     arguments: Any = None
 
 
+#: A call of a list or block that does not read, in its place among its
+#: siblings (``Format.parse``): the detector lifts the others and counts it
+#: ``dropped_call.unreadable``. A region of nothing else is unreadable.
+UNREADABLE = RawCall("\x00unreadable")
+
+
 class EndFinder(Protocol):
     def feed(self, text: str) -> int | None:
         """Scan the next piece of the region. Returns the offset in ``text``
@@ -212,10 +218,25 @@ class Format:
     #: SGLang's Gemma 4). Blanks at the reply's start or after a call are
     #: layout either way.
     layout_before: ClassVar[bool] = True
+    #: The code-line rule: a call of this format (written as code, no
+    #: wrapper token) is a call only when nothing but blanks or further
+    #: calls follows it to the end of the reply. Prose after it makes it an
+    #: example: it stays text, in place. The detector holds it until that
+    #: is decided (``transforms/detect.py``).
+    ends_reply: ClassVar[bool] = False
+    #: Arguments that do not fit the tool's schema still make a call
+    #: (counted ``invalid_arguments``), as in a wrapper; None: only when
+    #: ``wrapped``. A bare candidate that does not fit is text.
+    invalid_is_call: ClassVar[bool | None] = None
 
     @property
     def markup_if_unoffered(self) -> bool:
         u = self.unoffered_is_markup
+        return self.wrapped if u is None else u
+
+    @property
+    def call_if_invalid(self) -> bool:
+        u = self.invalid_is_call
         return self.wrapped if u is None else u
 
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
@@ -314,9 +335,11 @@ def call_from_object(obj: Any) -> RawCall | None:
     return RawCall(name, args)
 
 
-def calls_from_value(value: Any) -> list[RawCall] | None:
+def calls_from_value(value: Any, siblings: bool = True) -> list[RawCall] | None:
     """The calls in a decoded JSON value: one call object, a list of them,
-    or ``{"tool_calls": [...]}``. None unless every element is a call."""
+    or ``{"tool_calls": [...]}``. In a list, an element that is not a call
+    beside ones that are is ``UNREADABLE`` in its place (``siblings``; else
+    the list is None). None when no element is a call."""
     if isinstance(value, dict) and set(value) == {"tool_calls"}:
         value = value["tool_calls"]
     items = value if isinstance(value, list) else [value]
@@ -325,10 +348,10 @@ def calls_from_value(value: Any) -> list[RawCall] | None:
     calls = []
     for item in items:
         c = call_from_object(item)
-        if c is None:
+        if c is None and not siblings:
             return None
-        calls.append(c)
-    return calls
+        calls.append(UNREADABLE if c is None else c)
+    return None if all(c is UNREADABLE for c in calls) else calls
 
 
 _INDEX_SUFFIX = re.compile(r":\d+\Z")  # Kimi's functions.NAME:0

@@ -6,7 +6,11 @@ Markers are made from the offered tool names (``NAME(`` and
 start a region and ``x = lookup_order(…)`` is code. The call must end
 its line (``scan.BalancedLine``): prose such as ``lookup_order(id)
 returns the order`` is released as text as soon as the words after the
-parenthesis arrive. Arguments must be literals (JSON or
+parenthesis arrive. And it is a call only when nothing but blanks or
+further calls follows it to the end of the reply (the code-line rule,
+``Format.ends_reply``): a model explaining a tool ("you would run:\n
+Bash(command="rm -rf build/")\nbut I have not") is not calling it.
+Arguments must be literals (JSON or
 Python); a variable or an expression is code, not a call. A single
 positional literal is accepted for a tool with exactly one parameter.
 """
@@ -59,6 +63,7 @@ class CodeCall(Format):
     wrapped = False
     line_start = True
     priority = 60
+    ends_reply = True
 
     def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
         return tuple(m for n in tools for m in (f"{n}(", f"functions.{n}("))

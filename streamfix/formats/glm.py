@@ -32,6 +32,7 @@ parser in turn.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -75,6 +76,9 @@ def kv_calls(
     if rest.startswith("{"):
         return [RawCall(name, rest.strip())]
     if not rest.startswith(ko):
+        assigned = _assignments(rest, tools, name)
+        if assigned is not None:
+            return [RawCall(name, assigned)]
         glued = _unglue(body, kc, tools)
         if glued is None:
             return None
@@ -88,6 +92,24 @@ def kv_calls(
         raw = p.group(2) if p.group(2) is not None else p.group(3)
         args[k] = typed_value(raw if exact else strip_value(raw), tools, name, k)
     return [RawCall(name, args)]
+
+
+_ASSIGN = re.compile(r"""\s*([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s"'<>]+)\s*""")
+
+
+def _assignments(rest: str, tools: Mapping[str, ToolSpec], name: str) -> dict[str, Any] | None:
+    """``a=1 b="two words"``: arguments as ``key=value`` words after the
+    name (mlx-lm reads GLM 4.7 so); None when the text is not only that."""
+    found = contiguous(_ASSIGN, rest)
+    if not found:
+        return None
+    args: dict[str, Any] = {}
+    for m in found:
+        raw = m.group(2)
+        if raw[0] in "\"'":
+            raw = raw[1:-1] if raw[0] == "'" else str(typed_value(raw, {}, name, ""))
+        args[m.group(1)] = typed_value(raw, tools, name, m.group(1))
+    return args
 
 
 def _unglue(body: str, kc: str, tools: Mapping[str, ToolSpec]) -> tuple[str, str] | None:
@@ -157,7 +179,16 @@ class Glm(Format):
         body = body.removesuffix(CLOSE).replace(HY_SEP, "\n", 1)
         if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
             body += "</arg_value>"  # the last value's close lost (vLLM #57826)
-        return kv_calls(body, tools, exact=True)
+        calls = kv_calls(body, tools, exact=True)
+        if calls is None and ("\\n" in body or '\\"' in body):
+            # The whole call written JSON-escaped (a literal \n between the
+            # tags, \" in the values), as SGLang's GLM 4.5 test has it.
+            try:
+                unescaped = json.loads(f'"{body}"', strict=False)
+            except ValueError:
+                return None
+            calls = kv_calls(unescaped.strip(), tools, exact=True)
+        return calls
 
 
 FORMATS: list[Format] = [Glm()]

@@ -27,15 +27,17 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ..toolargs import INVALID, parse_value
-from .base import EndFinder, Format, RawCall, Residue, calls_from_value, lead_shape
+from .base import UNREADABLE, EndFinder, Format, RawCall, Residue, calls_from_value, lead_shape
 from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
 
 
-def json_calls(body: str) -> list[RawCall] | None:
+def json_calls(body: str, siblings: bool = True) -> list[RawCall] | None:
     """The calls in a JSON body: one value, or values one after another;
-    a markdown fence around them is allowed."""
+    a markdown fence around them is allowed. With ``siblings``, a value or
+    list element that is not a call beside ones that are is ``UNREADABLE``
+    in its place (``calls_from_value``)."""
     body = body.strip()
     m = _FENCE.match(body)
     if m:
@@ -44,18 +46,26 @@ def json_calls(body: str) -> list[RawCall] | None:
         return None
     value = parse_value(body)
     if value is not INVALID:
-        return calls_from_value(value)
+        return calls_from_value(value, siblings)
     parts = split_values(body)
+    if parts is None and siblings:
+        # One JSON object per line (MiniMax M1's <tool_calls>): a line that
+        # does not read leaves the others.
+        lines = [ln for ln in body.splitlines() if ln.strip()]
+        if all(ln.lstrip()[:1] in ("{", "[") for ln in lines):
+            parts = lines
     if not parts or len(parts) < 2:
         return None
     calls: list[RawCall] = []
     for p in parts:
         v = parse_value(p)
-        got = None if v is INVALID else calls_from_value(v)
+        got = None if v is INVALID else calls_from_value(v, siblings)
         if got is None:
-            return None
+            if not siblings:
+                return None
+            got = [UNREADABLE]
         calls.extend(got)
-    return calls
+    return None if all(c is UNREADABLE for c in calls) else calls
 
 
 class _Tags(Format):

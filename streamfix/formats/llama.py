@@ -3,7 +3,8 @@ shapes they also write belong to the core bare_json/pythonic formats).
 
 - Llama 3.1/3.2/3.3 ``<|python_tag|>{"name": "f", "parameters": {...}}``,
   optionally closed by ``<|eom_id|>`` (a stop token, usually not sent);
-  Llama 3.2 separates several calls with ``;`` (vLLM's parser splits them);
+  Llama 3.2 separates several calls with ``;`` (vLLM's parser splits them),
+  or writes ``<|python_tag|>`` again before each (SGLang reads both);
   ``arguments`` for ``parameters`` and a list of calls also occur; the
   built-in tool form ``<|python_tag|>brave_search.call(query="x")`` too
   (vLLM ``tool_parsers/llama_tool_parser.py``, SGLang
@@ -24,7 +25,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import Json, More, Opt, Steps, loads, python_calls, strip_trailer
-from .base import EndFinder, Format, RawCall, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, calls_from_value
 from .qwen_xml import function_shape
 from .scan import UntilMarker, split_values
 
@@ -36,6 +37,50 @@ FUNCTION = "<function="
 FUNCTION_END = "</function>"
 
 
+class _Repeats(More):
+    """After a call: further calls joined by ``;`` or each after its own
+    ``<|python_tag|>``, then an optional ``<|eom_id|>`` that ends the
+    region. A token broken off halfway is swallowed with the call, as
+    ``Opt`` does, so the end does not depend on where the text was split."""
+
+    __slots__ = ("_got",)
+
+    def __init__(self) -> None:
+        super().__init__(";")
+        self._got = ""  # a token's characters matched so far
+
+    def scan(self, text: str, start: int) -> int | None:
+        i, n = start, len(text)
+        while i < n:
+            if self._bal is not None or self._after_sep:
+                r = super().scan(text, i)
+                if r is None or r == ABORT:
+                    return r
+                if self._bal is None and not self._after_sep and r > i:
+                    i = r  # a value read: go on after it
+                    continue
+                if r == i and not self._after_sep:
+                    return r
+                i = r
+                continue
+            got = self._got + text[i]
+            if got == PYTHON_TAG:
+                self._got = ""
+                self._after_sep = True
+            elif got == EOM:
+                return i + 1
+            elif PYTHON_TAG.startswith(got) or EOM.startswith(got):
+                self._got = got
+            elif self._got:
+                return i  # a broken token: swallowed
+            elif text[i] == ";":
+                self._after_sep = True
+            else:
+                return i
+            i += 1
+        return None
+
+
 class PythonTag(Format):
     name: ClassVar[str] = "llama"
     markers: ClassVar[tuple[str, ...]] = (PYTHON_TAG,)
@@ -43,12 +88,14 @@ class PythonTag(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(len(marker), Json("{[", call=True), More(";"), Opt(EOM))
+        return Steps(len(marker), Json("{[", call=True), _Repeats())
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(PYTHON_TAG):
             return None
         body = strip_trailer(region[len(PYTHON_TAG) :], EOM).rstrip(";").rstrip()
+        if body[:1] in ("{", "[") and PYTHON_TAG in body:
+            body = body.replace(PYTHON_TAG, ";")
         if body[:1] in ("{", "["):
             values = split_values(body.replace(";", " ")) if ";" in body else [body]
             if not values:

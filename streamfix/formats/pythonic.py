@@ -11,49 +11,59 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from ..pycalls import read_calls
 from ..spec import ToolSpec
 from ..toolargs import call_node_args
 from ._family import dotted_name
-from .base import EndFinder, Format, RawCall
+from .base import UNREADABLE, EndFinder, Format, RawCall
 from .code_call import call_arguments
 from .scan import BalancedLine
 
 
 def pythonic_calls(text: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-    """The calls of a Python list of calls (or of one bare call)."""
+    """The calls of a Python list of calls (or of one bare call), each read
+    on its own: one that does not read is ``UNREADABLE`` in its place. What
+    Python does not parse is read as models write it (``pycalls``)."""
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+        read = read_calls(text)
+        if read is None:
+            return None
+        got_calls = [_raw(c[0], c[1], c[2], tools) if c else UNREADABLE for c in read]
+        return None if all(c is UNREADABLE for c in got_calls) else got_calls
     items = node.elts if isinstance(node, ast.List) else [node]
-    if not items:
+    if not items or not all(isinstance(item, ast.Call) for item in items):
         return None
     calls: list[RawCall] = []
     for item in items:
-        if not isinstance(item, ast.Call):
-            return None
+        assert isinstance(item, ast.Call)
         name = dotted_name(item.func)
         got = call_node_args(item)
         if name is None or got is None:
-            return None
-        args = call_arguments(name, *got, tools)
-        if args is None:
-            return None
-        calls.append(RawCall(name, args))
-    return calls
+            calls.append(UNREADABLE)
+            continue
+        calls.append(_raw(name, *got, tools))
+    return None if all(c is UNREADABLE for c in calls) else calls
+
+
+def _raw(
+    name: str, positional: list[Any], keywords: dict[str, Any], tools: Mapping[str, ToolSpec]
+) -> RawCall:
+    args = call_arguments(name, positional, keywords, tools)
+    return UNREADABLE if args is None else RawCall(name, args)
 
 
 class Pythonic(Format):
     name = "pythonic"
-    markers = ("[",)
-    leading = ("[",)
+    markers: ClassVar[tuple[str, ...]] = ("[",)
+    leading: ClassVar[tuple[str, ...]] = ("[",)
     wrapped = False
     line_start = True
     priority = 55
-
-    def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
-        return tuple(f"[{n}(" for n in tools)
+    ends_reply = True
 
     def end_finder(self, marker: str) -> EndFinder:
         return BalancedLine()
@@ -68,4 +78,23 @@ class Pythonic(Format):
         return pythonic_calls(region, tools)
 
 
-FORMATS: list[Format] = [Pythonic()]
+class PythonicNamed(Pythonic):
+    """The list opened by an offered tool's name, ``[NAME(``: also after
+    text on its line (``Here's the call: [get_weather(city='X')]``, as
+    SGLang reads Llama 4's replies). The code-line rule keeps it safe: it is
+    a call only when nothing but blanks or further calls follows it to the
+    end of the reply; prose after it leaves it text."""
+
+    markers = ()
+    leading = ()
+    line_start = False
+    #: ``[`` and an offered tool's name, ending the reply, is a call as
+    #: surely as a wrapper is: arguments off the schema are the tool's to
+    #: judge (SGLang passes a dict for a string parameter through).
+    invalid_is_call = True
+
+    def tool_markers(self, tools: Mapping[str, ToolSpec]) -> tuple[str, ...]:
+        return tuple(f"[{n}(" for n in tools)
+
+
+FORMATS: list[Format] = [Pythonic(), PythonicNamed()]

@@ -20,9 +20,13 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   marker in priority order. A call: names resolved among the offered tools,
   arguments repaired, converted and validated by ``toolargs``; lifted through
   ``Delta.add_call``; ``finish_reason`` becomes ``tool_calls`` at the end.
-  Not a call: inside unmistakable syntax it is markup (stripped, counted as
-  ``stripped.unparsed_call``, sampled); a bare candidate is text, released
-  verbatim.
+  One call of several that does not read is dropped
+  (``dropped_call.unreadable``), the others lifted. Not a call: inside
+  unmistakable syntax, a call to a tool not offered is markup (stripped,
+  sampled); one in which nothing reads is given back as text
+  (``given_back.unreadable``), or held back (``stripped.unparsed_call``)
+  for a caller that asks again (``Options.hold_unreadable``); a bare
+  candidate is text, released verbatim.
 - **A mention is not a call.** A wrapped marker is unmistakable only when
   a body follows it: while the region's head is short (``SHAPE_MAX``) each
   format sharing the marker says whether it reads as its body
@@ -36,7 +40,11 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   a closed wrapper, an empty wrapper) is stripped.
 - **Code is text.** A marker inside inline code or a code block of the
   released text (``codespans``) starts no region; a line of code is a call
-  only when it stands on its own line (``formats/code_call.py``).
+  only when it stands on its own line (``formats/code_call.py``) and nothing
+  but blanks or further calls follows it to the end of the reply (the
+  code-line rule, ``Format.ends_reply``): its calls are held
+  (``_pending``) until the next text that is not blank, which releases
+  their text in place, or the end, which lifts them.
 - **Answer channels.** After an answer header of a family whose calls have
   their own channel (the answer channel, ``Reasoning.calls_apart``;
   the reasoning splitter says so, ``watch_answer``), a bare candidate
@@ -80,7 +88,7 @@ from typing import Any
 
 from ..context import Context
 from ..delta import Delta, ToolCall, take_each
-from ..formats import ABORT, OPAQUE, EndFinder, Format, RawCall, markers_for
+from ..formats import ABORT, OPAQUE, UNREADABLE, EndFinder, Format, RawCall, markers_for
 from ..formats.base import SHAPE_MAX, resolve_name
 from ..formats.registry import all_residue, on_change
 from ..spec import ToolSpec
@@ -112,6 +120,10 @@ _SENTENCE_END = ".:!?。：！？"
 #: ``_prev`` to a character again; it is neither a word character nor a
 #: sentence's end.
 FENCE_SHUT = "```"
+
+
+#: A region of markup alone (an empty wrapper): nothing in it to give back.
+_MARKUP_ONLY = re.compile(r"(?:\s|<[^<>]*>|\[/?[A-Z_]+\])*")
 
 
 def _layout_after(before: str) -> bool:
@@ -553,7 +565,10 @@ class ToolTagDetector:
         "_line_blank",
         "_marker",
         "_opaque",
+        "_over",
         "_parts",
+        "_pending",
+        "_pending_size",
         "_plain",
         "_prev",
         "_quiet",
@@ -561,6 +576,7 @@ class ToolTagDetector:
         "_since_call",
         "_size",
         "_truncated",
+        "_unfinished",
         "ctx",
         "m",
     )
@@ -599,6 +615,19 @@ class ToolTagDetector:
         #: Whether the reply is now in an answer channel of a family whose
         #: calls have their own (``watch_answer``).
         self._answer: Callable[[], bool] | None = None
+        #: The code-line rule (``Format.ends_reply``): what followed a call
+        #: written as code while it is undecided whether prose follows it,
+        #: in order: (call, its text) for such a call, (call, None) for a
+        #: wrapped call lifted after it, (None, blanks) for blanks released
+        #: meanwhile. ``_pending_size``: the characters of its text.
+        self._pending: list[tuple[ToolCall | None, str | None]] = []
+        self._pending_size = 0
+        #: The held text passed its bound: calls written as code are text
+        #: for the rest of the reply.
+        self._over = False
+        #: The stream ended with no finish reason (the upstream died): a
+        #: region open then is cut off, not given back.
+        self._unfinished = False
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -772,6 +801,7 @@ class ToolTagDetector:
 
     def close(self, d: Delta) -> None:
         text = d.content or ""
+        self._unfinished = d.finish_reason is None
         out = self._process(text, True, d.finish_reason == "length")
         self._flush(d)
         joined = "".join(out)
@@ -813,8 +843,14 @@ class ToolTagDetector:
             held, self._held = self._held, ""
             if not (self._since_call and held.isspace()):
                 self._release(out, held)
+        if final and self._pending:
+            self._settle(out, lift=True)  # nothing but blanks or calls followed
         self._plain = not (
-            self._held or self._leading or self._finder is not None or self._opaque is not None
+            self._held
+            or self._leading
+            or self._finder is not None
+            or self._opaque is not None
+            or self._pending
         )
         return out
 
@@ -867,9 +903,32 @@ class ToolTagDetector:
         return gap_at if _layout_after(s[gap_at - 1] if gap_at else self._prev) else at
 
     def _release(self, out: list[str], text: str) -> None:
-        if text:
-            out.append(text)
-            self._note(text)
+        if not text:
+            return
+        if self._pending:
+            if text.isspace():
+                self._pending.append((None, text))  # still undecided
+                self._note(text)
+                return
+            self.ctx.report.count("released.example_call")
+            self._settle(out, lift=False)  # prose follows: they were examples
+        out.append(text)
+        self._note(text)
+
+    def _settle(self, out: list[str], lift: bool) -> None:
+        """The code-line rule decided (``_pending``): the calls written as
+        code are lifted (``lift``), or their text goes out in place; wrapped
+        calls after them are lifted either way, in order."""
+        pending, self._pending, self._pending_size = self._pending, [], 0
+        for call, text in pending:
+            if call is not None and (lift or text is None):
+                self.ctx.report.count(f"lifted.{call.source}")
+                self._lifted += 1
+                self._add(call)
+            else:
+                assert text is not None
+                out.append(text)
+                self._note(text)
 
     def _note(self, text: str) -> None:
         """Take released ``text`` into the state the next scan needs."""
@@ -1033,12 +1092,17 @@ class ToolTagDetector:
             raws = fmt.parse(region, tools)
             if not raws:
                 continue
-            calls, verdict = self._resolve(raws, fmt)
+            calls, verdict = self._resolve(raws, fmt, cut=at_end and length)
+            if calls is not None and fmt.ends_reply and self._over:
+                break  # past the bound: text
             if calls is not None:
-                for c in calls:
-                    self.ctx.report.count(f"lifted.{fmt.name}")
-                    self._add(c)
-                self._lifted += len(calls)
+                if fmt.ends_reply or self._pending:
+                    self._hold_calls(calls, (self._gap + region) if fmt.ends_reply else None, out)
+                else:
+                    for c in calls:
+                        self.ctx.report.count(f"lifted.{fmt.name}")
+                        self._add(c)
+                    self._lifted += len(calls)
                 self._since_call = True
                 self._prev = ""
                 self._line_blank = True
@@ -1058,42 +1122,92 @@ class ToolTagDetector:
             self._truncated = True
             report.count("dropped_call.truncated")
             self._since_call = True
-        elif (
-            (verdict == "none" and failed.wrapped)
-            or (verdict == "unoffered" and failed.markup_if_unoffered)
-            or (verdict == "bad_arguments" and failed.wrapped)
-        ):
-            kind = "unoffered_call" if verdict == "unoffered" else "unparsed_call"
-            report.count(f"stripped.{kind}")
+        elif verdict == "unoffered" and failed.markup_if_unoffered:
+            report.count("stripped.unoffered_call")
             if region[len(self._marker) :].strip():  # a bare marker: debris, no shape
                 report.sample_unrecognised(region)
             self._since_call = True
+        elif verdict in ("none", "bad_arguments") and failed.wrapped:
+            # Recognised, and nothing in it reads: held back only for a
+            # caller that asks again (``Options.hold_unreadable``); else given
+            # back as text, never as nothing.
+            if region[len(self._marker) :].strip():  # a bare marker: debris, no shape
+                report.sample_unrecognised(region)
+            if (
+                self.ctx.options.hold_unreadable
+                or _MARKUP_ONLY.fullmatch(region)
+                or (at_end and self._unfinished)  # the upstream died inside it
+            ):
+                report.count("stripped.unparsed_call")
+                self._since_call = True
+            else:
+                report.count("given_back.unreadable")
+                self._release(out, self._gap)
+                self._release(out, region)
         else:
             self._release(out, self._gap)
             self._release(out, region)
         self._clear()
 
-    def _resolve(self, raws: list[RawCall], fmt: Format) -> tuple[list[ToolCall] | None, str]:
+    def _resolve(
+        self, raws: list[RawCall], fmt: Format, cut: bool = False
+    ) -> tuple[list[ToolCall] | None, str]:
+        """The calls of a region, each read on its own: one that does not
+        read (``UNREADABLE``, arguments that parse as nothing) beside ones
+        that do is dropped, counted ``dropped_call.unreadable``; the others
+        are lifted. A call to a tool not offered, or one whose arguments do
+        not fit the schema in a bare candidate, still decides the region; so
+        does one that does not read in a region ``cut`` by the token limit
+        (cut off as a whole: the proxy asks again rather than run half)."""
         tools = self.ctx.tools
         report = self.ctx.report
         calls: list[ToolCall] = []
+        unreadable = 0
         for raw in raws:
+            if raw is UNREADABLE:
+                unreadable += 1
+                continue
             name = resolve_name(raw.name, tools)
             if name is None:
                 return None, "unoffered"
             args, repaired = to_object(raw.arguments)
             if args is None:
-                return None, "bad_arguments"
+                unreadable += 1
+                continue
             schema = tools[name].parameters
             args, converted = coerce(args, schema)
             if validate(args, schema):
-                if not fmt.wrapped:
+                if not fmt.call_if_invalid:
                     return None, "invalid"
                 report.count("invalid_arguments")
             if repaired or converted:
                 report.count("repaired_arguments")
             calls.append(ToolCall(name, dumps(args), source=fmt.name))
+        if unreadable and cut:
+            return None, "bad_arguments"
+        if not calls:
+            return None, "bad_arguments" if len(raws) == 1 and unreadable else "none"
+        if unreadable:
+            report.count("dropped_call.unreadable", unreadable)
         return calls, "ok"
+
+    def _hold_calls(self, calls: list[ToolCall], text: str | None, out: list[str]) -> None:
+        """Hold the calls of a region under the code-line rule: ``text``
+        (the region as written) for calls written as code, released in
+        place if prose follows; None for wrapped calls after such a call.
+        Bounded: held text beyond ``max_call_chars`` goes out as text, and
+        so does every call written as code after it in the reply (a run of
+        code that long is a listing, not calls anyone can check)."""
+        if text is not None:
+            self._pending.append((calls[0], text))
+            self._pending.extend((c, "") for c in calls[1:])
+            self._pending_size += len(text)
+        else:
+            self._pending.extend((c, None) for c in calls)
+        if self._pending_size > self.ctx.options.max_call_chars:
+            self.ctx.report.count("released.example_call")
+            self._over = True
+            self._settle(out, lift=False)
 
     def _add(self, call: ToolCall) -> None:
         self._calls.append(call)

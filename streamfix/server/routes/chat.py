@@ -135,6 +135,18 @@ def _tokens(plan: Plan) -> int:
     return estimate_prompt_tokens(body) + (out if isinstance(out, int) else 0)
 
 
+def _options(ex: Exchange, plan: Plan) -> dict[str, Any]:
+    """The chain's options for this attempt. While the reply may still be
+    asked again for coming out empty, a call region the model wrote but
+    that reads as nothing is held back (``Options.hold_unreadable``): the
+    reply is then empty, and the model gets another try; on the last
+    attempt it is given back as text."""
+    opts = plan.options(ex.options)
+    if "empty" not in plan.done and plan.reasks < ex.scope.proxy.cfg.max_reasks:
+        opts = {**opts, "hold_unreadable": True}
+    return opts
+
+
 async def _open(scope: Scope, plan: Plan) -> Exchange | None:
     """The attempt's upstream exchange (its narrowing noted in the
     recording); None when every row failed because the server refused the
@@ -191,7 +203,7 @@ async def _whole(scope: Scope, plan: Plan) -> web.StreamResponse:
 def _repaired(ex: Exchange, obj: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], Any]:
     """A whole completion through the chain: (the repaired one, the report)."""
     proxy = ex.scope.proxy
-    ctx = Context.of(plan.client, plan.options(ex.options))
+    ctx = Context.of(plan.client, _options(ex, plan))
     t0 = time.perf_counter()
     fixed = Chain(ctx).complete(obj)
     proxy.metrics.chunk_seconds.of(ex.scope.model).observe(time.perf_counter() - t0)
@@ -227,7 +239,7 @@ async def _stream(scope: Scope, plan: Plan, client: ClientStream) -> web.StreamR
                 # error) as JSON; repaired, then sent as a stream
                 return await _json_as_stream(ex, await ex.whole(), client, plan)
             # before prepare: fails as a 500
-            session = SSESession(plan.client, **plan.options(ex.options))
+            session = SSESession(plan.client, **_options(ex, plan))
             await client.prepare(ex.headers)
             outcome = await _attempt(ex, session, client, plan)
         finally:
@@ -252,7 +264,7 @@ async def _json_as_stream(
     ex: Exchange, raw: bytes, client: ClientStream, plan: Plan
 ) -> web.StreamResponse:
     obj = ex.completion(raw, type_="upstream_error")
-    ctx = Context.of(plan.client, plan.options(ex.options))
+    ctx = Context.of(plan.client, _options(ex, plan))
     fixed = Chain(ctx).complete(obj)
     ex.scope.proxy.count_report(ctx.report, ex.scope.model)
     await client.prepare(CIMultiDict())

@@ -1,0 +1,64 @@
+"""GLM calls as the engines' other tests write them (issue 35): arguments as
+``key=value`` words after the name (mlx-lm), and a call written
+JSON-escaped, a literal ``\\n`` between the tags and ``\\"`` in the values
+(SGLang's GLM 4.5 test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .support.detectutil import check_split_invariant
+
+REQUEST: dict[str, Any] = {
+    "model": "zai-org/GLM-4.7",
+    "messages": [{"role": "user", "content": "x"}],
+    "chat_template_kwargs": {"enable_thinking": False},
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "multiply",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "todo_write",
+                "parameters": {"type": "object", "properties": {"todos": {"type": "array"}}},
+            },
+        },
+    ],
+}
+
+
+def test_key_value_words_after_the_name() -> None:
+    text = '<tool_call>multiply a=3 b="4"</tool_call>'
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("multiply", {"a": 3, "b": 4})],
+        "tool_calls",
+    )
+
+
+def test_prose_after_the_name_is_not_key_value_words() -> None:
+    text = "<tool_call>multiply the two numbers please</tool_call>"
+    content, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [] and content == text  # unreadable: given back
+
+
+def test_a_call_written_json_escaped() -> None:
+    text = (
+        "<tool_call>todo_write\\n<arg_key>todos</arg_key>\\n"
+        '<arg_value>[{\\"id\\": \\"1\\", \\"task\\": \\"a\\"}]</arg_value>\n</tool_call>'
+    )
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("todo_write", {"todos": [{"id": "1", "task": "a"}]})],
+        "tool_calls",
+    )
