@@ -30,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from ..ui.activity import MINUTES, NOT_REPAIRS_PREFIX, Activity
-from .store import StoreDown
+from .store import StoreDown, wind_down
 
 log = logging.getLogger("streamfix.ui")
 
@@ -176,14 +176,7 @@ class FleetActivity(Activity):
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            if self.pending:
-                with contextlib.suppress(StoreDown, TimeoutError):
-                    await asyncio.wait_for(self.sync(), 1.0)
-            with contextlib.suppress(Exception):
-                await self._redis.close()
+            await wind_down(task, bool(self.pending), self.sync, self._redis)
 
     async def _run(self) -> None:
         while True:

@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from ..ui.auth import MAX_REVOKED, SESSION_SECONDS, MemorySessionStore
-from .store import StoreDown
+from .store import StoreDown, wind_down
 
 log = logging.getLogger("streamfix.ui")
 
@@ -113,14 +113,7 @@ class RedisSessionStore(MemorySessionStore):
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            if self.pending:
-                with contextlib.suppress(StoreDown):
-                    await asyncio.wait_for(self.sync(), 1.0)
-            with contextlib.suppress(Exception):
-                await self._redis.close()
+            await wind_down(task, bool(self.pending), self.sync, self._redis)
 
     async def _run(self) -> None:
         while True:

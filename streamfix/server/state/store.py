@@ -10,9 +10,12 @@ safety net: a crashed replica does not hold a tenant's slots forever).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 #: Seconds of one limits window (requests and tokens per minute).
 WINDOW = 60
@@ -122,3 +125,19 @@ def row_id(url: str, model: str | None, kind: str) -> str:
 
 def fact_key(row: str, model: str) -> str:
     return f"{row}:{model}"
+
+
+async def wind_down(
+    task: asyncio.Task[None], pending: bool, sync: Callable[[], Awaitable[None]], redis: Any
+) -> None:
+    """The end of a background sync with the shared store, as the app stops:
+    the loop cancelled, what is still pending sent once more (a second at
+    most; the store may be down), the client closed."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    if pending:
+        with contextlib.suppress(StoreDown, TimeoutError):
+            await asyncio.wait_for(sync(), 1.0)
+    with contextlib.suppress(Exception):
+        await redis.close()
