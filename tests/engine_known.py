@@ -1,4 +1,4 @@
-"""Engine test cases (``tests/data/engine_cases.json``) streamfix does
+"""Engine test cases (``tests/data/engine_cases*.json``) streamfix does
 differently, each with the reason.
 
 A reason reads ``"<kind>: <class>: <detail>"``. The kind is ``better`` when
@@ -213,3 +213,20 @@ KNOWN: dict[str, str] = {
         "'<|end|><|channel|>final' with no <|start|>assistant between: 'final' leaks into content",
     ),
 }
+
+# --- vLLM's tool-parser tests (tests/data/engine_cases_vllm_tools.json) ------
+#
+# (Kept apart from the dict above so the transcriptions can grow on their own.)
+
+KNOWN_VLLM_TOOLS: dict[str, str] = {}
+
+KNOWN.update(KNOWN_VLLM_TOOLS)
+
+
+# --- vLLM's reasoning-parser tests (tests/data/engine_cases_vllm_reasoning.json)
+#
+# (Kept apart from the dict above so the transcriptions can grow on their own.)
+
+KNOWN_VLLM_REASONING: dict[str, str] = {}
+
+KNOWN.update(KNOWN_VLLM_REASONING)

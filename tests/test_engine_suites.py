@@ -38,14 +38,18 @@ import streamfix
 from .engine_known import KNOWN
 from .support.streamutil import chunk
 
-CASES_FILE = Path(__file__).resolve().parent / "data" / "engine_cases.json"
+#: The corpus, one file per transcription (``engine_cases.json``: SGLang,
+#: llama.cpp, lmdeploy, mlx-lm; ``engine_cases_<source>.json``: later ones).
+CASE_FILES = sorted((Path(__file__).resolve().parent / "data").glob("engine_cases*.json"))
 
 #: (content, reasoning, [(name, arguments)]) as a client sees the reply.
 Parse = tuple[str | None, str | None, list[tuple[str, Any]]]
 
 
 def load_cases() -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
+    cases: list[dict[str, Any]] = []
+    for path in CASE_FILES:
+        cases.extend(json.loads(path.read_text(encoding="utf-8")))
     return cases
 
 
