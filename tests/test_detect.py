@@ -205,9 +205,11 @@ def test_unfinished_wrapped_call_without_length_is_stripped() -> None:
     a, report = run_pieces([text])
     assert (a.content, a.tool_calls, a.finish_reason) == (text, [], "stop")
     assert report.counts["given_back.unreadable"] == 1 and not report.truncated_call
+    # Text before it: the reply is not empty and will not be asked again, so
+    # even a caller that asks again gets it back (issue 35: never as nothing).
     a, report = run_pieces([text], hold_unreadable=True)
-    assert (a.content, a.tool_calls, a.finish_reason) == ("Ok.", [], "stop")
-    assert report.counts["stripped.unparsed_call"] == 1 and not report.truncated_call
+    assert (a.content, a.tool_calls, a.finish_reason) == (text, [], "stop")
+    assert report.counts["given_back.unreadable"] == 1 and not report.truncated_call
 
 
 def test_unreadable_region_held_back_on_request() -> None:
@@ -221,6 +223,26 @@ def test_unreadable_region_held_back_on_request() -> None:
         a, report = run_pieces(pieces)
         assert (a.content, a.tool_calls) == (text, [])
         assert report.counts["given_back.unreadable"] == 1 and not report.empty_after_repair
+
+
+def test_held_unreadable_region_is_given_back_when_the_reply_has_more() -> None:
+    """Held back only while it is all the reply has: text after it, or a
+    call lifted beside it, means the reply is not asked again, so the
+    region goes out as text, in place (a client saw "Sure." and lost the
+    region through the proxy before)."""
+    region = "<tool_call>lookup_order please</tool_call>"
+    for text in (region + "\n\nSure.", "\n" + region + " Then done.", "Sure. " + region):
+        for pieces in ([text], list(text)):
+            a, report = run_pieces(pieces, hold_unreadable=True)
+            assert (a.content, a.tool_calls) == (text, []), pieces
+            assert report.counts["given_back.unreadable"] == 1 and not report.empty_after_repair
+    call = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1"}}</tool_call>'
+    for pieces in ([region + call], list(region + call)):
+        a, report = run_pieces(pieces, hold_unreadable=True)
+        assert a.content == region and [c["function"]["name"] for c in a.tool_calls] == [
+            "lookup_order"
+        ]
+        assert report.counts["given_back.unreadable"] == 1
 
 
 def test_unfinished_bare_candidate_without_length_is_text() -> None:

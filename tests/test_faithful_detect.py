@@ -101,7 +101,8 @@ def test_a_broken_call_is_given_back_or_held_back() -> None:
     """A region that reads as a call but holds nothing readable (a wrapper
     whose JSON is broken, or that the stream ends inside with no length
     finish) goes out as text, counted, never as nothing (issue 35); a
-    caller that asks again (``hold_unreadable``, the proxy) holds it back.
+    caller that asks again (``hold_unreadable``, the proxy) holds it back
+    while it is all the reply has.
     Cut off by the token limit it is a cut-off call: never shown. An empty
     wrapper has nothing to give back: removed."""
     cut = '<tool_call>{"name": "lookup_order", "arguments": {'
@@ -112,7 +113,10 @@ def test_a_broken_call_is_given_back_or_held_back() -> None:
     a, report = run_pieces([broken])
     assert report.counts["given_back.unreadable"] == 1
     a, report = run_pieces([broken], hold_unreadable=True)
-    assert a.content == "Checking." and report.counts["stripped.unparsed_call"] == 1
+    assert a.content == broken and report.counts["given_back.unreadable"] == 1
+    alone = broken.removeprefix("Checking.")
+    a, report = run_pieces([alone], hold_unreadable=True)
+    assert a.content == "" and report.counts["stripped.unparsed_call"] == 1
     assert check_split_invariant("Done.<tool_call>\n</tool_call>")[0] == "Done."
     xml = "<tool_call>\n<function=lookup_order>\n<parameter=order_id>\n"
     assert check_split_invariant(xml, finish="length")[0] == ""

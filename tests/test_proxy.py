@@ -273,6 +273,29 @@ async def test_an_unreadable_call_is_asked_again_then_given_back(stream: bool) -
     assert 'streamfix_reasks_total{reason="empty"} 1.0' in text
 
 
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("text", ["Checking. " + UNREADABLE, UNREADABLE + "\n\nDone."])
+async def test_an_unreadable_call_beside_text_is_given_back_at_once(
+    stream: bool, text: str
+) -> None:
+    """With text before or after it the reply is not empty, so it is not
+    asked again: the region goes out as text in place, on the only attempt
+    (before, the proxy held it back and the client got the text alone)."""
+    async with FakeUpstream() as up:
+        up.push(Reply.stream(text_stream(list(text))) if stream else Reply.json(completion(text)))
+        async with AppServer(proxy_app(up.url, max_reasks=1)) as px:
+            status, _, data = await post(px.url, {**TOOLS_BODY, "stream": stream})
+    assert status == 200
+    if stream:
+        a = assemble(data)
+        content, calls = a.content, a.tool_calls
+    else:
+        msg = orjson.loads(data)["choices"][0]["message"]
+        content, calls = msg["content"], msg.get("tool_calls")
+    assert content == text and not calls
+    assert len(up.chat_requests) == 1
+
+
 def truncated_call_stream() -> bytes:
     # llama.cpp with max_tokens too small: arguments stop mid-object (capture b3)
     return call_chunks("lookup_order", '{ "order_id":', pieces=2)

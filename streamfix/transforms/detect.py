@@ -24,8 +24,10 @@ One pass over the text as it arrives (docs/design.md, "The detector"):
   (``dropped_call.unreadable``), the others lifted. Not a call: inside
   unmistakable syntax, a call to a tool not offered is markup (stripped,
   sampled); one in which nothing reads is given back as text
-  (``given_back.unreadable``), or held back (``stripped.unparsed_call``)
-  for a caller that asks again (``Options.hold_unreadable``); a bare
+  (``given_back.unreadable``), or, for a caller that asks again
+  (``Options.hold_unreadable``), held while it is all the reply has: given
+  back in place when anything else comes, dropped at the end
+  (``stripped.unparsed_call``) so the empty reply is asked again; a bare
   candidate is text, released verbatim.
 - **A mention is not a call.** A wrapped marker is unmistakable only when
   a body follows it: while the region's head is short (``SHAPE_MAX``) each
@@ -577,6 +579,7 @@ class ToolTagDetector:
         "_size",
         "_truncated",
         "_unfinished",
+        "_unread",
         "ctx",
         "m",
     )
@@ -628,6 +631,12 @@ class ToolTagDetector:
         #: The stream ended with no finish reason (the upstream died): a
         #: region open then is cut off, not given back.
         self._unfinished = False
+        #: Recognised regions in which nothing reads, held for a caller that
+        #: asks again (``Options.hold_unreadable``) while they are all the
+        #: reply has (with the blanks after them): anything else visible
+        #: gives them back, in place; at the end they are dropped, and the
+        #: reply left empty is asked again.
+        self._unread = ""
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -845,12 +854,19 @@ class ToolTagDetector:
                 self._release(out, held)
         if final and self._pending:
             self._settle(out, lift=True)  # nothing but blanks or calls followed
+        if final and self._unread:
+            if self._lifted or self._calls:
+                self._give_back(out)  # the reply has calls: it is not asked again
+            else:
+                self.ctx.report.count("stripped.unparsed_call")
+                self._unread = ""
         self._plain = not (
             self._held
             or self._leading
             or self._finder is not None
             or self._opaque is not None
             or self._pending
+            or self._unread
         )
         return out
 
@@ -905,6 +921,11 @@ class ToolTagDetector:
     def _release(self, out: list[str], text: str) -> None:
         if not text:
             return
+        if self._unread:
+            if text.isspace():
+                self._unread += text  # still all the reply has
+                return
+            self._give_back(out)
         if self._pending:
             if text.isspace():
                 self._pending.append((None, text))  # still undecided
@@ -1133,12 +1154,16 @@ class ToolTagDetector:
             # back as text, never as nothing.
             if region[len(self._marker) :].strip():  # a bare marker: debris, no shape
                 report.sample_unrecognised(region)
-            if (
+            if _MARKUP_ONLY.fullmatch(region) or (at_end and self._unfinished):
+                report.count("stripped.unparsed_call")  # or the upstream died inside it
+                self._since_call = True
+            elif (
                 self.ctx.options.hold_unreadable
-                or _MARKUP_ONLY.fullmatch(region)
-                or (at_end and self._unfinished)  # the upstream died inside it
+                and self._leading
+                and not (self._lifted or self._calls or self._pending)
+                and len(self._unread) + len(region) <= self.ctx.options.max_call_chars
             ):
-                report.count("stripped.unparsed_call")
+                self._unread += self._gap + region  # all the reply has so far
                 self._since_call = True
             else:
                 report.count("given_back.unreadable")
@@ -1190,6 +1215,13 @@ class ToolTagDetector:
         if unreadable:
             report.count("dropped_call.unreadable", unreadable)
         return calls, "ok"
+
+    def _give_back(self, out: list[str]) -> None:
+        """The held unreadable regions (``_unread``) go out as text: the
+        reply has something else, so it will not be asked again."""
+        held, self._unread = self._unread, ""
+        self.ctx.report.count("given_back.unreadable")
+        self._release(out, held)
 
     def _hold_calls(self, calls: list[ToolCall], text: str | None, out: list[str]) -> None:
         """Hold the calls of a region under the code-line rule: ``text``
