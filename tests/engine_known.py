@@ -110,24 +110,6 @@ KNOWN: dict[str, str] = {
         " the answer are trimmed (lmdeploy keeps them)"
     ),
     # harmony
-    "llamacpp/parser-gpt-oss-end-token": _open(
-        _HARMONY,
-        "analysis not closed by <|end|> before <|start|>assistant<|channel|>final: the answer"
-        " is read as reasoning",
-    ),
-    "llamacpp/parser-gpt-oss-no-end": _open(_HARMONY, "as llamacpp/parser-gpt-oss-end-token"),
-    "llamacpp/parser-gpt-oss-no-end-2": _open(_HARMONY, "as llamacpp/parser-gpt-oss-end-token"),
-    "llamacpp/gpt-oss-4": _open(
-        _HARMONY,
-        "' to=functions.X<|channel|>analysis<|message|>{…}' (recipient in the role header, the"
-        " prompt gave <|start|>assistant): the arguments are read as reasoning, no call",
-    ),
-    "llamacpp/gpt-oss-10": _open(
-        _HARMONY, "a message to the built-in container.exec recipient reaches the content"
-    ),
-    "llamacpp/gpt-oss-11": _open(
-        _HARMONY, "a message to the built-in python recipient reaches the content"
-    ),
     "llamacpp/gpt-oss-12": _open(
         _HARMONY, "'<|channel|>commentary to=assistant' before the analysis: the answer is lost"
     ),
@@ -207,10 +189,6 @@ KNOWN: dict[str, str] = {
     "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
     "sglang/hunyuan-hy4-opensource-tags": _open(
         _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
-    ),
-    "sglang/reasoning2-gpt-oss-analysis-final": _open(
-        _HARMONY,
-        "'<|end|><|channel|>final' with no <|start|>assistant between: 'final' leaks into content",
     ),
 }
 

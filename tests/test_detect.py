@@ -558,3 +558,32 @@ def test_quiet_memo_is_bounded_and_only_remembers_scan_misses() -> None:
     d.feed(Delta(content="Hi"))
     assert d.feed_text(" w5") and d.feed_text(" w5")
     assert not d.feed_text(" lookup_ord")
+
+
+_BARE_FN = "<function=lookup_order>\n<parameter=order_id>\nA-1\n</parameter>\n</function>"
+_A1 = ("lookup_order", {"order_id": "A-1"})
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"),
+    [
+        (_BARE_FN + "\n</tool_call>", "", [_A1]),
+        ("Checking.\n\n" + _BARE_FN + "\n</tool_call>\nDone.", "Checking.\nDone.", [_A1]),
+        (
+            _BARE_FN + "\n</tool_call>\n" + _BARE_FN.replace("A-1", "B-2") + "\n</tool_call>",
+            "",
+            [_A1, ("lookup_order", {"order_id": "B-2"})],
+        ),
+        # Not the closer: the text after the call stays.
+        (_BARE_FN + "\nDone.", "\nDone.", [_A1]),
+        (_BARE_FN + "\n</tool_c Done.", "\n</tool_c Done.", [_A1]),
+    ],
+)
+def test_stray_closer_after_a_bare_function_goes_with_its_blanks(
+    text: str, content: str, calls: list[Any]
+) -> None:
+    """Qwen3-Coder leaves out the opening ``<tool_call>`` but writes the
+    closing one (canitoolcall qwen3-xml/llamacpp-coder-bare-function): the
+    closer and the blanks before it are the call's, at every split."""
+    got = check_split_invariant(text)
+    assert got == (content, "", calls, "tool_calls")

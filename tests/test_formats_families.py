@@ -137,6 +137,19 @@ def test_more_is_incomplete_inside_a_further_value() -> None:
     assert f.feed(" x") == 0
 
 
+def test_opt_takes_either_of_its_tokens() -> None:
+    """Harmony's call message may end with ``<|call|>`` or ``<|end|>``: both
+    share ``<|``, and either is taken whole, at any split."""
+    for tail in ("<|end|>", "<|call|>"):
+        for cut in range(len(tail) + 1):
+            f = _family.Steps(0, _family.Json("{"), _family.Opt("<|call|>", "<|end|>"))
+            assert f.feed("{}" + tail[:cut]) in (None, 2 + len(tail))
+            if cut < len(tail):
+                assert f.feed(tail[cut:] + " x") == len(tail) - cut
+    f = _family.Steps(0, _family.Json("{"), _family.Opt("<|call|>", "<|end|>"))
+    assert f.feed("{}<|e x") == 5  # a broken token is swallowed up to where it broke
+
+
 def test_opt_mismatch_at_piece_start_ends_at_zero() -> None:
     f = _family.Steps(0, _family.Json("{"), _family.Opt("<|eom_id|>"))
     assert f.feed("{}") is None

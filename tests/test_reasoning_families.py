@@ -304,6 +304,57 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "",
         [A1],
     ),
+    # Harmony: the recipient in the role header, then the commentary channel
+    # with no content type: the channel is the call's header, not a preamble
+    (
+        "harmony-recipient-in-header-bare-commentary",
+        "<|start|>assistant to=functions.lookup_order<|channel|>commentary<|message|>"
+        '{"order_id": "A-1"}<|end|>',
+        req("openai/gpt-oss-20b"),
+        "",
+        "",
+        [A1],
+    ),
+    # a preamble ended by <|end|>, then the call (canitoolcall
+    # gpt-oss/vllm-preamble-call-end-terminated): no "end|>" left
+    (
+        "harmony-preamble-then-call",
+        "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant"
+        ' to=functions.lookup_order<|channel|>commentary<|message|>{"order_id": "A-1"}<|end|>',
+        req("openai/gpt-oss-20b"),
+        "Let me look.",
+        "",
+        [A1],
+    ),
+    # analysis left unclosed: the next message's header ends it
+    (
+        "harmony-analysis-closed-by-final-header",
+        "<|channel|>analysis<|message|>Let me think<|start|>assistant<|channel|>final<|message|>42",
+        req("openai/gpt-oss-20b"),
+        "42",
+        "Let me think",
+        [],
+    ),
+    # the short answer header right after <|end|> is the answer's header
+    (
+        "harmony-short-final-after-end",
+        "<|start|><|channel|>analysis<|message|>thinking hard<|end|><|channel|>final<|message|>"
+        "the answer<|end|>",
+        req("openai/gpt-oss-20b"),
+        "the answer",
+        "thinking hard",
+        [],
+    ),
+    # a message to the built-in python tool is the engine's, not the client's
+    (
+        "harmony-builtin-python",
+        "<|channel|>analysis<|message|>I will run python<|end|><|start|>assistant"
+        '<|channel|>commentary to=python <|constrain|>code<|message|>print("hello")',
+        req("openai/gpt-oss-20b"),
+        "",
+        "I will run python",
+        [],
+    ),
 ]
 
 

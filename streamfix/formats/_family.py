@@ -163,33 +163,33 @@ class Json:
 
 class Opt:
     """Part for an optional token right after the previous part (no
-    whitespace in between), e.g. Harmony's ``<|call|>``.
+    whitespace in between), e.g. Harmony's ``<|call|>``, or one of several
+    (``<|call|>`` or ``<|end|>``: either ends the message).
 
-    The token is taken when it is there; the first character that does not
-    continue it ends the region *after* the characters that did (a broken
-    ``<|ca`` is swallowed with the call), so the end offset does not depend
-    on where the text was split. Until that character arrives the finder
-    waits: ``Steps.complete`` tells the detector the region could end here.
+    A token is taken when it is there; the first character that does not
+    continue any of them ends the region *after* the characters that did
+    (a broken ``<|ca`` is swallowed with the call), so the end offset does
+    not depend on where the text was split. Until that character arrives
+    the finder waits: ``Steps.complete`` tells the detector the region
+    could end here.
     """
 
-    __slots__ = ("_matched", "_token")
+    __slots__ = ("_seen", "_tokens")
 
-    def __init__(self, token: str) -> None:
-        self._token = token
-        self._matched = 0
+    def __init__(self, *tokens: str) -> None:
+        self._tokens = tokens
+        self._seen = ""
 
     def scan(self, text: str, start: int) -> int | None:
-        need = self._token[self._matched :]
-        seg = text[start : start + len(need)]
-        if need.startswith(seg):
-            if len(seg) == len(need):
-                return start + len(seg)
-            self._matched += len(seg)
-            return None
-        c = 0
-        while seg[c] == need[c]:
-            c += 1
-        return start + c
+        for i in range(start, len(text)):
+            seen = self._seen + text[i]
+            live = [t for t in self._tokens if t.startswith(seen)]
+            if not live:
+                return i
+            self._seen = seen
+            if all(t == seen for t in live):
+                return i + 1
+        return None
 
 
 class More:

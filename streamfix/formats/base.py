@@ -239,6 +239,14 @@ class Format:
         u = self.invalid_is_call
         return self.wrapped if u is None else u
 
+    def closer_after(self, marker: str) -> str:
+        """A closing token the model writes after a call it opened with
+        ``marker`` but without the wrapper that token closes (Qwen3-Coder's
+        ``</tool_call>`` after a bare ``<function=…>``): the detector drops
+        it, with the blanks before it, when it is the next thing after the
+        call. Default: none."""
+        return ""
+
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
         """At a ``length`` cut-off inside an unfinished region: was this a
         call (True: it is dropped as a cut-off call) or text (released)?"""

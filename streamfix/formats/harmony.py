@@ -17,7 +17,8 @@ in ``json`` that is not an offered tool loses that suffix when what is left
 is one.
 
 ``<|call|>`` is a stop token, so most engines never send it: the region
-ends where the JSON closes, taking a ``<|call|>`` right after it.
+ends where the JSON closes, taking a ``<|call|>`` (or the ``<|end|>`` some
+engines write there) right after it.
 """
 
 from __future__ import annotations
@@ -32,19 +33,32 @@ from .base import EndFinder, Format, RawCall, Reasoning
 
 MESSAGE = "<|message|>"
 CALL = "<|call|>"
+#: Ends a message; some engines send it after a call instead of ``<|call|>``.
+END = "<|end|>"
 
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 
 
+#: Where a message's recipient is written: in the channel, or in the role
+#: header (``<|start|>assistant to=…``).
+_TO = (
+    "<|channel|>commentary to=",
+    "<|channel|>analysis to=",
+    "<|start|>assistant to=",
+    "<|start|>assistant<|channel|>commentary to=",
+    "<|start|>assistant<|channel|>analysis to=",
+)
+
+#: gpt-oss's built-in tools (the harmony format's ``browser``, ``python``
+#: and ``container`` namespaces): a message to one is for the engine's own
+#: tool runtime, never a client's function, and its body is often code.
+_BUILTINS = ("python", "browser.", "container.")
+_BUILTIN = re.compile(r"(?:python|browser\.\w+|container\.\w+)\Z")
+
+
 class Harmony(Format):
     name: ClassVar[str] = "harmony"
-    markers: ClassVar[tuple[str, ...]] = (
-        "<|channel|>commentary to=",
-        "<|channel|>analysis to=",
-        "<|start|>assistant to=",
-        "<|start|>assistant<|channel|>commentary to=",
-        "<|start|>assistant<|channel|>analysis to=",
-    )
+    markers: ClassVar[tuple[str, ...]] = _TO
     #: The first message's ``<|start|>assistant`` is in the prompt, so a
     #: reply that is a call with the recipient in the role header starts
     #: `` to=functions.NAME<|channel|>commentary …``.
@@ -52,17 +66,46 @@ class Harmony(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(len(marker), Until(MESSAGE, limit=MAX_HEADER_CHARS), Json("{["), Opt(CALL))
+        return Steps(
+            len(marker), Until(MESSAGE, limit=MAX_HEADER_CHARS), Json("{["), Opt(CALL, END)
+        )
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         head, sep, body = region.partition(MESSAGE)
         m = _RECIPIENT.search(head)
         if not sep or m is None:
             return None
-        args = strip_trailer(body, CALL)
+        args = strip_trailer(body, CALL, END)
         if not args.startswith("{"):
             return None
         return [RawCall(_unglue(m.group(1), tools), args)]
+
+
+class HarmonyBuiltin(Harmony):
+    """A message to a built-in tool (``to=python <|constrain|>code<|message|>
+    print(1)``): it runs to the message's end (``<|call|>``, ``<|end|>`` or
+    the end of the reply) and is a call to no offered tool, so it is
+    stripped as markup (``stripped.unoffered_call``), as llama.cpp's
+    gpt-oss parser drops it. A name that only starts like one
+    (``to=python_runner``) is an ordinary call."""
+
+    name: ClassVar[str] = "harmony_builtin"
+    markers: ClassVar[tuple[str, ...]] = tuple(t + b for t in _TO for b in _BUILTINS)
+    leading: ClassVar[tuple[str, ...]] = ()
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return Steps(len(marker), Until(MESSAGE, limit=MAX_HEADER_CHARS), Until(CALL, END))
+
+    def is_complete(self, region: str) -> bool:
+        return region.endswith((CALL, END))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        head, sep, _ = region.partition(MESSAGE)
+        m = _RECIPIENT.search(head)
+        if sep and m is not None and _BUILTIN.match(m.group(1)):
+            # Not a name any offered tool resolves to (``resolve_name``).
+            return [RawCall(f"{m.group(1)} (built-in)", {})]
+        return super().parse(region, tools)
 
 
 def _unglue(name: str, tools: Mapping[str, ToolSpec]) -> str:
@@ -72,7 +115,7 @@ def _unglue(name: str, tools: Mapping[str, ToolSpec]) -> str:
     return name
 
 
-FORMATS: list[Format] = [Harmony()]
+FORMATS: list[Format] = [Harmony(), HarmonyBuiltin()]
 
 
 # Harmony's channels (the openai/harmony format documentation; vLLM
@@ -88,7 +131,13 @@ REASONING: list[Reasoning] = [
             "<|channel|>analysis<|message|>",
             "<|start|>assistant<|channel|>analysis<|message|>",
         ),
-        closes=("<|end|>",),
+        # The next message's header ends one too when the model left out
+        # <|end|> (llama.cpp's gpt-oss parser reads it so).
+        closes=(
+            "<|end|>",
+            "<|start|>assistant<|channel|>final<|message|>",
+            "<|start|>assistant<|channel|>commentary<|message|>",
+        ),
         answer=(
             "<|channel|>final<|message|>",
             "<|start|>assistant<|channel|>final<|message|>",

@@ -172,6 +172,10 @@ class QwenXml(Format):
             return tool_call_end(len(marker))
         return Structural(len(marker), "xml", FUNCTION_TABLE)
 
+    def closer_after(self, marker: str) -> str:
+        # The model left out the opening <tool_call> but not the closing one.
+        return TOOL_CALL_CLOSE if marker == FUNCTION_OPEN else ""
+
     def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
         if region.startswith(TOOL_CALL_OPEN):
             return lead_shape(region[len(TOOL_CALL_OPEN) :], (FUNCTION_OPEN,), final)

@@ -556,6 +556,7 @@ class ToolTagDetector:
         "_answer",
         "_calls",
         "_carry",
+        "_closer",
         "_code",
         "_discard",
         "_finder",
@@ -637,6 +638,9 @@ class ToolTagDetector:
         #: gives them back, in place; at the end they are dropped, and the
         #: reply left empty is asked again.
         self._unread = ""
+        #: The stray closing token that may follow the last call
+        #: (``Format.closer_after``) until the next text shows it is not.
+        self._closer = ""
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -867,12 +871,19 @@ class ToolTagDetector:
             or self._opaque is not None
             or self._pending
             or self._unread
+            or self._closer
         )
         return out
 
     def _scan(self, s: str, out: list[str], final: bool) -> str | None:
         """Outside a region: release text, hold a marker's prefix, or start
         a region (then return the region's text for the finder)."""
+        if self._closer:
+            rest = self._after_closer(s, final)
+            if rest is None:
+                self._held = s
+                return None
+            s = rest
         m = self.m
         if self._leading:
             lead = m.lead(s)
@@ -897,6 +908,21 @@ class ToolTagDetector:
             return None
         self._hold(s, len(s) if hit is None else hit[0], out)
         return None
+
+    def _after_closer(self, s: str, final: bool) -> str | None:
+        """``s`` without the stray closer (and the blanks before it) that
+        the last call's format said may follow it; None while ``s`` may
+        still grow into it."""
+        closer = self._closer
+        body = s.lstrip()
+        if body.startswith(closer):
+            self._closer = ""
+            self.ctx.report.count("stripped.stray_closer")
+            return body[len(closer) :]
+        if not final and closer.startswith(body) and len(s) - len(body) <= MAX_GAP_WS:
+            return None
+        self._closer = ""
+        return s
 
     def _hold(self, s: str, at: int, out: list[str]) -> None:
         """Release ``s`` up to ``at`` (less the blanks before it, where
@@ -1124,6 +1150,7 @@ class ToolTagDetector:
                         self.ctx.report.count(f"lifted.{fmt.name}")
                         self._add(c)
                     self._lifted += len(calls)
+                self._closer = fmt.closer_after(self._marker)
                 self._since_call = True
                 self._prev = ""
                 self._line_blank = True

@@ -91,6 +91,11 @@ DRAFT_MAX = 32 * 1024
 #: as the start of the calls that end the reply.
 DRAFT_TRIES = 8
 
+#: How far before a marker a call's marker may begin for the marker to be
+#: in that call's header (``_in_call_head``), and what may stand between.
+_HEAD_MAX = 256
+_HEAD_NAME = re.compile(r"[^\s<]*\s?")
+
 _START, _TEXT, _THINK = 0, 1, 2
 _OPEN, _CLOSE, _ANSWER = 0, 1, 2
 
@@ -597,6 +602,8 @@ class ReasoningSplitter:
             kind, family = self._m.kinds[m.group()]
             if after_text and CodeSpans().inside_at(s, m.start()):
                 pass  # markup in code is text
+            elif after_text and self._in_call_head(s, m.start()):
+                pass  # a call's own header (Harmony's to=NAME<|channel|>…)
             elif kind == _CLOSE and self.ctx.thinking is False:
                 pass
             elif not (
@@ -609,6 +616,19 @@ class ReasoningSplitter:
                 return m
             m = table.pattern.search(s, m.end())
         return None
+
+    def _in_call_head(self, s: str, at: int) -> bool:
+        """Whether ``s[at]`` follows a wrapped call's marker and the name
+        it addresses (no blanks or markup between, one blank allowed
+        after): markup there is the call's header, not a channel of the
+        reply (``<|start|>assistant to=functions.X<|channel|>commentary``)."""
+        calls = self._m.calls
+        if calls is None:
+            return False
+        for c in calls.pattern.finditer(s, max(0, at - _HEAD_MAX), at):
+            if _HEAD_NAME.fullmatch(s, c.end(), at):
+                return True
+        return False
 
     def _call_due(self, s: str, hold: int) -> bool:
         """Whether ``s`` ends in what may still become a call marker that
@@ -670,8 +690,11 @@ class ReasoningSplitter:
             return self._drafting(s[c:], content, reasoning, final, cut)
         if m is not None:
             self._reasoning(s[: m.start()].rstrip(), reasoning)
-            self._to_text(lead=True)
             self._closed = True
+            if self._m.kinds.get(m.group(), (None,))[0] == _ANSWER:
+                self._marker(m.group())  # the next message's header closed it
+            else:
+                self._to_text(lead=True)
             return s[m.end() :]
         if final:  # no close came: the last blanks are the model's
             self._reasoning(s, reasoning)
@@ -771,6 +794,14 @@ class ReasoningSplitter:
         return False
 
     def _outside(self, s: str, content: list[str], final: bool) -> str:
+        if self._lead and self._closed and self._family is not None:
+            header = self._answer_header(s, final)
+            if header is None:
+                self._held = s  # may still grow into the family's answer header
+                return ""
+            if header:
+                self._marker(header)  # right after the close: the answer's header
+                return s.lstrip()[len(header) :]
         table = self._m.text
         if self._ends and self._m.blank_ends is not None:
             s = self._m.blank_ends.sub("", s)  # the blanks before an answer end
@@ -799,6 +830,25 @@ class ReasoningSplitter:
         self._code.note(out)
         self._content(out, content)
         self._held = s[len(s) - keep :]
+        return ""
+
+    def _answer_header(self, s: str, final: bool) -> str | None:
+        """The answer header of the family whose section just closed that
+        begins ``s`` after blanks, even a short form that counts elsewhere
+        only at the reply's start (``Reasoning.leading``: right after the
+        close it is no call's header); "" if none, None while ``s`` may
+        still grow into one."""
+        assert self._family is not None
+        t = s.lstrip()
+        for a in self._family.answer:
+            if t.startswith(a):
+                return a
+        if (
+            not final
+            and len(s) - len(t) <= MAX_BLANK_HOLD
+            and any(a.startswith(t) for a in self._family.answer)
+        ):
+            return None
         return ""
 
     @staticmethod

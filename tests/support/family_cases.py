@@ -67,6 +67,7 @@ KI = kimi.Kimi()
 K3 = kimi.KimiK3()
 GL = glm.Glm()
 HA = harmony.Harmony()
+HB = harmony.HarmonyBuiltin()
 GR = granite.Granite()
 PH = phi4.Phi4()
 MM = minimax.MiniMax()
@@ -590,6 +591,33 @@ CASES: list[Case] = [
         HA,
         '<|start|>assistant<|channel|>commentary to=functions.lookup_orderjson<|message|>{"order_id": "F-6"}<|call|>',
         [("functions.lookup_order", LO)],
+    ),
+    Case(
+        # vLLM's tests end the call message with <|end|>, not <|call|>.
+        "harmony-end-token",
+        HA,
+        '<|start|>assistant to=functions.lookup_order<|channel|>commentary<|message|>{"order_id": "F-6"}<|end|>',
+        [("functions.lookup_order", LO)],
+    ),
+    Case(
+        # A message to the built-in python tool: code, up to the message's end.
+        "harmony-builtin-python",
+        HB,
+        '<|start|>assistant<|channel|>commentary to=python <|constrain|>code<|message|>print("hello")\n<|call|>',
+        [("python (built-in)", {})],
+    ),
+    Case(
+        "harmony-builtin-browser",
+        HB,
+        '<|channel|>analysis to=browser.search<|message|>{"query": "weather"}<|end|>',
+        [("browser.search (built-in)", {})],
+    ),
+    Case(
+        # Only starts like a built-in's name: an ordinary call.
+        "harmony-builtin-lookalike",
+        HB,
+        '<|channel|>commentary to=python_runner<|message|>{"order_id": "F-6"}<|call|>',
+        [("python_runner", LO)],
     ),
     aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
     aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
