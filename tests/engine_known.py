@@ -341,11 +341,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         " an unreadable call section): the reasoning goes out as the answer with the section's"
         " text",
     ),
-    "vllm/step3p5-prefix-5": _open(
-        "whitespace",
-        "the newline that ends never-closed reasoning at the end of the reply is kept (the"
-        " splitter keeps a section's last blanks when no close came); vLLM trims it",
-    ),
     **{
         f"vllm/plamo3-{name}": _open(
             "end of turn",
