@@ -205,6 +205,136 @@ KNOWN.update(KNOWN_VLLM_TOOLS)
 #
 # (Kept apart from the dict above so the transcriptions can grow on their own.)
 
-KNOWN_VLLM_REASONING: dict[str, str] = {}
+_STRAY_CLOSE = (
+    "better: stray reasoning close: a close the reply never opened, after the answer began, is"
+    " markup and is removed; the engine leaves it in the answer"
+)
+_THINK_PAIR = (
+    "better: a reasoning pair the model wrote: '<think>…</think>' at the start of a reply is"
+    " reasoning whatever the model and the thinking switch say; the engine leaves the pair and"
+    " its reasoning in the answer"
+)
+
+KNOWN_VLLM_REASONING: dict[str, str] = {
+    # an unclosed prompt-opened reasoning in a reply that ended normally is its answer
+    **{
+        f"vllm/{name}": _UNCLOSED_ANSWER
+        for name in (
+            "r1-no-end",
+            "mistral-no-end",
+            "base-no-end",
+            "base-malformed",
+            "glm47-no-end",
+            "seedoss-no-content",
+            "seedoss-no-tokens",
+            "step3p5-no-end",
+            "ernie45-without-think",
+            "minimax-m2-no-end",
+            "kimi-k2-implicit-start",
+            "hy3-no-end",
+            "rwkv-no-end",
+            "hcx14b-force-no-boundary",
+            "kimi-k25-no-end",
+            "plamo3-in-progress",
+        )
+    },
+    # blanks around the channels are layout
+    **{
+        f"vllm/{name}": _BLANKS
+        for name in (
+            "r1-new-line",
+            "mistral-new-line",
+            "qwen3-tool-call-no-think-end",
+            "qwen3-tool-call-with-think-no-end",
+            "qwen3-thinking-disabled-tool-call",
+            "granite-delta-everything",
+            "hunyuan-multi-token-delta",
+            "olmo3-no-reasoning-newline",
+            "olmo3-simple-newline",
+            "olmo3-multiple-newlines",
+            "olmo3-trailing-space",
+            "olmo3-only-end-no-reasoning",
+            "step3p5-new-line",
+            "step3p5-new-line-stream",
+            "step3p5-new-line-complex",
+            "step3p5-prefix-9",
+            "nemotron-delta-everything",
+            "deepseek-v4-call-ends-reasoning",
+            "gigachat35-forced-open",
+            "stop-buffer-desync",
+            "kimi-k25-new-line",
+            "gemma4-new-line",
+            "solar2-multiline",
+        )
+    },
+    "vllm/minimax-m3-non-leading-end-tag": _STRAY_CLOSE,
+    "vllm/apertus-think-strings-are-text": _THINK_PAIR + " (Apertus's is <|inner_prefix|>…)",
+    "vllm/iquest2-thinking-disabled": _THINK_PAIR,
+    "vllm/plamo3-off-think-tags": _THINK_PAIR + " (PLaMo 3's <|plamo:begin_think:plamo|>…)",
+    # open
+    "vllm/glm45fix-two-calls": _open(
+        _CALL_IN_REASONING,
+        "GLM calls inside an unclosed <think> with reasoning between and after them: only the"
+        " last call, which ends the reply, is lifted; the first stays in the reasoning",
+    ),
+    "vllm/intern-s1-action-in-reasoning": _open(
+        _CALL_IN_REASONING,
+        "an Intern-S1 <|action_start|> call inside closed reasoning, more reasoning after it: it"
+        " stays in the reasoning (vLLM's parser hoists it)",
+    ),
+    **{
+        f"vllm/qwen3-recovery-{name}": _open(
+            _CALL_IN_REASONING,
+            "a Qwen3-Coder <tool_call> that ends the closed reasoning (only the close after it)"
+            " stays in the reasoning, as tests/test_reasoning.py's rule says (a call drafted in"
+            " reasoning is not run); vLLM's qwen3 parser promotes it (a decision to make)",
+        )
+        for name in ("call-before-close", "text-after-close", "trailing-text")
+    },
+    "vllm/gigachat35-tool-call": _open(
+        _NEW_FORMAT, "GigaChat 3.5's <｜GCML｜tool_calls> calls: no call, the markup stays text"
+    ),
+    "vllm/k2-horizon-tool-handoff": _open(
+        _NEW_FORMAT, "K2 Horizon's <ifm|tool_calls><ifm|tool_call>NAME</ifm|tool_call> calls"
+    ),
+    "vllm/cohere-citations-emoji": _open(
+        "citations", "Cohere's <co>…</co: 0:[1]> citation markup is left in the text"
+    ),
+    "vllm/rwkv-unforced-close": _open(
+        "unheld close",
+        "a reply that only closes reasoning, to a model not known to reason and no thinking"
+        " switch: its text was released as the answer before the close came",
+    ),
+    **{
+        f"vllm/gemma4-unopened-{name}": _open(
+            "unheld close",
+            "Gemma 4 with no thinking switch: no hold, so the text before a lone <channel|> was"
+            " released as the answer (as vLLM's own streamed parse of it; its whole parse splits)",
+        )
+        for name in ("simple", "complete")
+    },
+    "vllm/kimi-k2-tool-section-ends-reasoning": _open(
+        "unreadable call after reasoning",
+        "'some reasoning<|tool_calls_section_begin|>tool call data' (prompt-opened reasoning then"
+        " an unreadable call section): the reasoning goes out as the answer with the section's"
+        " text",
+    ),
+    **{
+        f"vllm/plamo3-{name}": _open(
+            "end of turn",
+            "text after PLaMo 3's end-of-turn <|plamo:tag|> is kept (with the tag stripped); the"
+            " engine stops there",
+        )
+        for name in ("off-eot", "eot-in-reasoning", "begin-end-eot", "begin-eot", "off-eot-later")
+    },
+    "vllm/plamo3-off-prefix-suffix": _open(
+        "reasoning after text",
+        "thinking off, a PLaMo 3 reasoning pair after text: its tags are stripped and the"
+        " reasoning is left in the answer (vLLM keeps the raw text)",
+    ),
+    "vllm/hcx14b-skip-no-boundary": _open(
+        "whitespace", "HyperCLOVAX 14B with reasoning skipped: the template's leading newline stays"
+    ),
+}
 
 KNOWN.update(KNOWN_VLLM_REASONING)

@@ -37,6 +37,8 @@ CASES = [
     ("<think>one</think>A<think>two</think>B", "A<think>two</think>B", "one", []),
     ("<think>one</think>A</think>B", "A</think>B", "one", []),
     ("<think>never closed", "", "never closed", []),
+    # a reply that ended without the close: the blanks before it are layout
+    ("<think>never closed\n", "", "never closed", []),
     ("a <thinking> tag is not ours", "a <thinking> tag is not ours", "", []),
 ]
 

@@ -226,6 +226,9 @@ REASONING: list[Reasoning] = [
         # not the end of reasoning the prompt opened: left to the residue.
         leading=("<channel|>",),
         prefilled=True,
+        # The channel may open after text ("Before\n<|channel>…<channel|>\n…",
+        # vLLM's Gemma 4 tests): its own special tokens, reasoning there too.
+        repeats=True,
     )
 ]
 

@@ -213,5 +213,6 @@ REASONING: list[Reasoning] = [
     Reasoning("kimi_vl", opens=("◁think▷",), closes=("◁/think▷",)),
 ]
 
-#: Kimi K3 reasons by default (K2.6 only when the request turns it on).
-REASONING_MODELS = (r"kimi-k3",)
+#: Kimi K3 and K2.5 reason by default (vLLM's ``kimi_k25`` parser forces
+#: thinking on; K2.6 only when the request turns it on).
+REASONING_MODELS = (r"kimi-k3", r"kimi-k2\.5")

@@ -696,8 +696,11 @@ class ReasoningSplitter:
             else:
                 self._to_text(lead=True)
             return s[m.end() :]
-        if final:  # no close came: the last blanks are the model's
-            self._reasoning(s, reasoning)
+        if final:
+            # No close came. Cut by the token limit, the last blanks are the
+            # model's; a reply that ended (stop) left them before the close
+            # it never wrote: layout.
+            self._reasoning(s if cut else s.rstrip(), reasoning)
             return ""
         keep = table.partial(s)
         if not self._nodraft and self._m.calls is not None:
