@@ -11,6 +11,12 @@ leave this list). Nothing here is skipped.
 
 # --- streamfix is better for a client -------------------------------------
 
+_DRAFTED = (
+    "better: drafted calls: a call written inside reasoning that the reasoning then goes on"
+    " after or closes over is a draft, not run (an agent would execute what the model was"
+    " still weighing); only a call that ends unclosed reasoning and the reply is lifted"
+)
+
 _BLANKS = (
     "better: whitespace: the blanks between reasoning or call markup and the answer are"
     " trimmed (the engine keeps them; a client would show a blank first line)"
@@ -271,26 +277,20 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     "vllm/apertus-think-strings-are-text": _THINK_PAIR + " (Apertus's is <|inner_prefix|>…)",
     "vllm/iquest2-thinking-disabled": _THINK_PAIR,
     "vllm/plamo3-off-think-tags": _THINK_PAIR + " (PLaMo 3's <|plamo:begin_think:plamo|>…)",
-    # open
-    "vllm/glm45fix-two-calls": _open(
-        _CALL_IN_REASONING,
-        "GLM calls inside an unclosed <think> with reasoning between and after them: only the"
-        " last call, which ends the reply, is lifted; the first stays in the reasoning",
-    ),
-    "vllm/intern-s1-action-in-reasoning": _open(
-        _CALL_IN_REASONING,
-        "an Intern-S1 <|action_start|> call inside closed reasoning, more reasoning after it: it"
-        " stays in the reasoning (vLLM's parser hoists it)",
-    ),
+    # a call drafted in reasoning is not run
+    "vllm/glm45fix-two-calls": _DRAFTED
+    + " (GLM: two calls in an unclosed <think> with reasoning between them: the last, which"
+    " ends the reply and so the reasoning, is lifted; the first, followed by more reasoning,"
+    " is a draft)",
+    "vllm/intern-s1-action-in-reasoning": _DRAFTED
+    + " (an Intern-S1 <|action_start|> call followed by more reasoning before </think>)",
     **{
-        f"vllm/qwen3-recovery-{name}": _open(
-            _CALL_IN_REASONING,
-            "a Qwen3-Coder <tool_call> that ends the closed reasoning (only the close after it)"
-            " stays in the reasoning, as tests/test_reasoning.py's rule says (a call drafted in"
-            " reasoning is not run); vLLM's qwen3 parser promotes it (a decision to make)",
-        )
+        f"vllm/qwen3-recovery-{name}": _DRAFTED
+        + " (a <tool_call> written before </think>: the model closed its reasoning and then"
+        " answered, or said nothing; vLLM's qwen3 parser promotes it)"
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
+    # open
     "vllm/gigachat35-tool-call": _open(
         _NEW_FORMAT, "GigaChat 3.5's <｜GCML｜tool_calls> calls: no call, the markup stays text"
     ),
