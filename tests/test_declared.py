@@ -211,6 +211,10 @@ KNOWN_DIFFERENT = {
         "qwen3-xml/bug-missing-close-parameter-before-function",
         "qwen3-xml/q38-marker-in-arguments",  # </parameter> inside a value
         "qwen3-xml/coder-marker-in-arguments",
+        # the stray </tool_call> after a bare <function=…> (Format.closer_after)
+        "qwen3-xml/llamacpp-coder-bare-function",
+        "qwen3-xml/llamacpp-coder-bare-function-parallel",
+        "qwen3-xml/bug-coder-missing-tool-call-opener",
     },
     "mistral.toml": {  # [CALL_ID]id between the name and [ARGS]
         "mistral/llamacpp-v11-call-id",

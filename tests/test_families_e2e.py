@@ -24,8 +24,16 @@ AFTER = " Done."
 #: Cases about the end finder's edge (their trailing junk swallows the blank
 #: before ``AFTER``; a GLM value whose close was lost runs on through text
 #: after ``</tool_call>``, which only ``<`` or the end of the stream ends):
-#: checked in test_formats_families.py only.
-UNIT_ONLY = {"llama32-dangling-semicolon", "glm47-last-arg-value-close-lost"}
+#: checked in test_formats_families.py only. So are Harmony's built-in
+#: recipients (no offered tool: stripped, never a client's call;
+#: test_reasoning_families.py has them as a client sees them).
+UNIT_ONLY = {
+    "llama32-dangling-semicolon",
+    "glm47-last-arg-value-close-lost",
+    "harmony-builtin-python",
+    "harmony-builtin-browser",
+    "harmony-builtin-lookalike",
+}
 E2E = [c for c in CASES if c.calls is not None and c.id not in UNIT_ONLY]
 
 
