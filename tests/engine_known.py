@@ -64,6 +64,10 @@ _HARMONY = "harmony"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
+_SEPARATED_CALLS = "calls separated by ';'"
+_TOKEN_BLANK = "blank after a removed token"
+_UNCLOSED_AT_END = "unclosed call at the end"
+_BAD_SIBLING = "a bad call among good ones"
 
 KNOWN: dict[str, str] = {
     # whitespace only
@@ -202,7 +206,91 @@ KNOWN: dict[str, str] = {
 #
 # (Kept apart from the dict above so the transcriptions can grow on their own.)
 
-KNOWN_VLLM_TOOLS: dict[str, str] = {}
+_TEXT_AFTER_KEPT = (
+    "better: text after a call: the text the model wrote after the call markup is kept as"
+    " content; the engine drops it"
+)
+_NOT_AN_OBJECT = (
+    "better: arguments not an object: a call whose arguments are a bare string (not an"
+    " object, nor an object serialized into a string) is given back as text; the engine"
+    " lifts it with arguments a client cannot pass as keyword arguments"
+)
+_NAME_ONLY_CALL = (
+    "better: a name-only JSON object: the whole reply '{\"name\": <declared tool>}' is"
+    " lifted as a call with no arguments; the engine keeps it as text"
+)
+
+KNOWN_VLLM_TOOLS: dict[str, str] = {
+    "vllm/hermes-bare-string-arguments": _NOT_AN_OBJECT,
+    "vllm/hermes-string-arguments-braces": _NOT_AN_OBJECT,
+    "vllm/hermes-string-arguments-bracket": _NOT_AN_OBJECT,
+    "vllm/hermes-string-arguments-tail": _NOT_AN_OBJECT,
+    "vllm/llama3-simple": _EXAMPLE + " (a bare Llama JSON call between two sentences)",
+    "vllm/llama3-multiple-json-surrounding-text": _EXAMPLE
+    + " (bare Llama JSON calls between two sentences)",
+    "vllm/llama3-brace-in-trailing-text": _TEXT_AFTER_KEPT,
+    "vllm/llama3-json-in-trailing-text": _TEXT_AFTER_KEPT,
+    "vllm/kimi-k2-content-after-section": _TEXT_AFTER_KEPT,
+    "vllm/mistral-pre-v11-regex-fallback": _TEXT_AFTER_KEPT,
+    "vllm/llama3-missing-parameters": _NAME_ONLY_CALL,
+    "vllm/mistral-v11-without-args": _GIVEN_BACK
+    + " (here '[TOOL_CALLS]toolname_no_args' with no arguments: 'toolname_no_args' is the"
+    " text)",
+    **{
+        f"vllm/llama3-{n}": _open(
+            _SEPARATED_CALLS,
+            "bare Llama JSON calls (no <|python_tag|>) separated by ';': only the first is"
+            " lifted, the rest stays text",
+        )
+        for n in (
+            "multiple-json",
+            "multiple-json-whitespace",
+            "multiple-deep-nesting",
+            "parallel-semicolon-space",
+            "parallel-semicolon",
+        )
+    },
+    "vllm/llama3-parallel-semicolon-newline": _open(
+        _SEPARATED_CALLS, "both calls are lifted but the ';\\n' between them stays as the content"
+    ),
+    "vllm/mistral-pre-v11-not-json": _open(
+        _TOKEN_BLANK,
+        "'[TOOL_CALLS] not json at all' gives back ' not json at all': the blank after the"
+        " removed token is kept",
+    ),
+    "vllm/mistral-v11-complex-unclosed": _open(
+        _UNCLOSED_AT_END,
+        "'[TOOL_CALLS]bash{\"command\": \"…\"' (the closing brace never came) is not lifted"
+        " and its text goes out without the token",
+    ),
+    "vllm/kimi-k2-truncated": _open(
+        _UNCLOSED_AT_END,
+        "a Kimi call cut by the token limit inside its arguments is not lifted",
+    ),
+    "vllm/kimi-k2-invalid-json-kept": _open(
+        _BAD_SIBLING,
+        "a Kimi call whose arguments miss their closing brace is dropped (not repaired, not"
+        " given back); its sibling is lifted",
+    ),
+    "vllm/kimi-k2-invalid-id-skipped": _open(
+        _BAD_SIBLING,
+        "a Kimi call id without ':N' ('functions.invalid.0') makes the whole section vanish:"
+        " the valid sibling is lost and nothing is given back",
+    ),
+    **{
+        f"vllm/kimi-k2-{n}": _open(
+            _NEW_FORMAT,
+            "Kimi K2 call ids that are a bare counter ('0', no function name): the engine"
+            " takes the name from the one tool offered, or the one the arguments fit",
+        )
+        for n in (
+            "bare-counter",
+            "bare-counter-infer-by-args",
+            "stream-bare-counter",
+            "stream-bare-counter-infer",
+        )
+    },
+}
 
 KNOWN.update(KNOWN_VLLM_TOOLS)
 
