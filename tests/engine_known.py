@@ -260,7 +260,7 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
     ),
     "vllm/mistral-v11-complex-unclosed": _open(
         _UNCLOSED_AT_END,
-        "'[TOOL_CALLS]bash{\"command\": \"…\"' (the closing brace never came) is not lifted"
+        '\'[TOOL_CALLS]bash{"command": "…"\' (the closing brace never came) is not lifted'
         " and its text goes out without the token",
     ),
     "vllm/kimi-k2-truncated": _open(
@@ -271,11 +271,6 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
         _BAD_SIBLING,
         "a Kimi call whose arguments miss their closing brace is dropped (not repaired, not"
         " given back); its sibling is lifted",
-    ),
-    "vllm/kimi-k2-invalid-id-skipped": _open(
-        _BAD_SIBLING,
-        "a Kimi call id without ':N' ('functions.invalid.0') makes the whole section vanish:"
-        " the valid sibling is lost and nothing is given back",
     ),
     **{
         f"vllm/kimi-k2-{n}": _open(

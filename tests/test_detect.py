@@ -587,3 +587,19 @@ def test_stray_closer_after_a_bare_function_goes_with_its_blanks(
     closer and the blanks before it are the call's, at every split."""
     got = check_split_invariant(text)
     assert got == (content, "", calls, "tool_calls")
+
+
+def test_a_call_to_a_tool_not_offered_does_not_take_its_siblings() -> None:
+    """One call of a Kimi section names no offered tool (an id without
+    ``:N``, vLLM's ``test_kimi_k2_tool_parser.py``): it is dropped and
+    counted, the offered one beside it is lifted, at every split."""
+    text = (
+        "Help. <|tool_calls_section_begin|><|tool_call_begin|>functions.nothing.0"
+        ' <|tool_call_argument_begin|>{"order_id": "B-2"}<|tool_call_end|>'
+        "<|tool_call_begin|>functions.lookup_order:1"
+        ' <|tool_call_argument_begin|>{"order_id": "A-1"}<|tool_call_end|>'
+        "<|tool_calls_section_end|>"
+    )
+    got = check_split_invariant(text)
+    assert got == ("Help. ", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")
+    assert run_pieces([text])[1].counts.get("dropped_call.unoffered") == 1

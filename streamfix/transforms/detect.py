@@ -1210,18 +1210,24 @@ class ToolTagDetector:
         are lifted. A call to a tool not offered, or one whose arguments do
         not fit the schema in a bare candidate, still decides the region; so
         does one that does not read in a region ``cut`` by the token limit
-        (cut off as a whole: the proxy asks again rather than run half)."""
+        (cut off as a whole: the proxy asks again rather than run half).
+        In a wrapped region, a call to a tool not offered beside calls to
+        offered ones is dropped (``dropped_call.unoffered``): it is markup,
+        and its siblings are still calls."""
         tools = self.ctx.tools
         report = self.ctx.report
         calls: list[ToolCall] = []
-        unreadable = 0
+        unreadable = unoffered = 0
         for raw in raws:
             if raw is UNREADABLE:
                 unreadable += 1
                 continue
             name = resolve_name(raw.name, tools)
             if name is None:
-                return None, "unoffered"
+                if not fmt.markup_if_unoffered:
+                    return None, "unoffered"
+                unoffered += 1
+                continue
             args, repaired = to_object(raw.arguments)
             if args is None:
                 unreadable += 1
@@ -1238,9 +1244,13 @@ class ToolTagDetector:
         if unreadable and cut:
             return None, "bad_arguments"
         if not calls:
+            if unoffered:
+                return None, "unoffered"
             return None, "bad_arguments" if len(raws) == 1 and unreadable else "none"
         if unreadable:
             report.count("dropped_call.unreadable", unreadable)
+        if unoffered:
+            report.count("dropped_call.unoffered", unoffered)
         return calls, "ok"
 
     def _give_back(self, out: list[str]) -> None:
