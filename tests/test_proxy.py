@@ -262,12 +262,7 @@ async def test_an_unreadable_call_is_asked_again_then_given_back(stream: bool) -
             status, _, data = await post(px.url, {**TOOLS_BODY, "stream": stream})
             text = await metrics_text(px)
     assert status == 200
-    if stream:
-        a = assemble(data)
-        content, calls = a.content, a.tool_calls
-    else:
-        msg = orjson.loads(data)["choices"][0]["message"]
-        content, calls = msg["content"], msg.get("tool_calls")
+    content, calls = _content_and_calls(data, stream)
     assert content == UNREADABLE and not calls
     assert len(up.chat_requests) == 2
     assert 'streamfix_reasks_total{reason="empty"} 1.0' in text
@@ -286,14 +281,18 @@ async def test_an_unreadable_call_beside_text_is_given_back_at_once(
         async with AppServer(proxy_app(up.url, max_reasks=1)) as px:
             status, _, data = await post(px.url, {**TOOLS_BODY, "stream": stream})
     assert status == 200
-    if stream:
-        a = assemble(data)
-        content, calls = a.content, a.tool_calls
-    else:
-        msg = orjson.loads(data)["choices"][0]["message"]
-        content, calls = msg["content"], msg.get("tool_calls")
+    content, calls = _content_and_calls(data, stream)
     assert content == text and not calls
     assert len(up.chat_requests) == 1
+
+
+def _content_and_calls(data: bytes, stream: bool) -> tuple[str | None, Any]:
+    """The reply's content and tool calls, streamed or not."""
+    if stream:
+        a = assemble(data)
+        return a.content, a.tool_calls
+    msg = orjson.loads(data)["choices"][0]["message"]
+    return msg["content"], msg.get("tool_calls")
 
 
 def truncated_call_stream() -> bytes:
