@@ -221,6 +221,9 @@ _NAME_ONLY_CALL = (
 )
 
 KNOWN_VLLM_TOOLS: dict[str, str] = {
+    "vllm/qwen3coder-type-conversion": _open(
+        _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
+    ),
     "vllm/hermes-bare-string-arguments": _NOT_AN_OBJECT,
     "vllm/hermes-string-arguments-braces": _NOT_AN_OBJECT,
     "vllm/hermes-string-arguments-bracket": _NOT_AN_OBJECT,
