@@ -220,7 +220,17 @@ _NAME_ONLY_CALL = (
     " lifted as a call with no arguments; the engine keeps it as text"
 )
 
+_DS_TOKENS_SHOWN = (
+    "better: special tokens: DeepSeek's section tokens around nothing readable are removed"
+    " from the text given back; the engine returns its raw text with the tokens"
+)
+
 KNOWN_VLLM_TOOLS: dict[str, str] = {
+    "vllm/deepseekv31-multiple-tools": _TEXT_AFTER_KEPT,
+    "vllm/deepseekv31-unparsable-cut-off": _DS_TOKENS_SHOWN,
+    "vllm/deepseekv31-unparsable-no-call-markers": _DS_TOKENS_SHOWN
+    + " (here the section holds 'foo<｜tool▁sep｜>{\"x\":1}' without the per-call markers:"
+    " the text 'foo{\"x\":1}' goes out, not a call)",
     "vllm/qwen3coder-type-conversion": _open(
         _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
     ),
