@@ -226,6 +226,8 @@ _DS_TOKENS_SHOWN = (
 )
 
 KNOWN_VLLM_TOOLS: dict[str, str] = {
+    "vllm/glm4-content-before": "better: whitespace: the space between the sentence and the"
+    " <tool_call> is layout, trimmed ('… the weather.' not '… the weather. ')",
     "vllm/deepseekv32-content-before": "better: whitespace: the space between the sentence and"
     " the DSML call block is layout, trimmed ('Sure, let me check!' not '… check! ')",
     "vllm/deepseekv31-multiple-tools": _TEXT_AFTER_KEPT,
