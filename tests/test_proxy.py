@@ -889,7 +889,7 @@ async def test_window_is_probed_again_periodically() -> None:
 async def test_a_bug_in_the_chain_ends_the_stream_with_an_error_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from streamfix.server.routes import chat as chat_module
+    from streamfix.server import reply as chat_module
 
     class Broken(chat_module.SSESession):
         def feed(self, data: bytes) -> bytes:

@@ -321,12 +321,12 @@ async def test_a_client_gone_before_a_whole_reply_ends_the_spans(
 async def test_an_error_of_ours_is_an_error_span(
     spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from streamfix.server.routes import chat as chat_mod
+    from streamfix.server import reply as reply_mod
 
     def broken(*a: Any, **kw: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(chat_mod, "_repaired", broken)
+    monkeypatch.setattr(reply_mod, "_repaired", broken)
     async with (
         FakeUpstream(Reply.json(completion("x"))) as up,
         AppServer(traced_app(spans, up.url)) as px,
@@ -499,11 +499,11 @@ async def test_the_scope_can_add_attributes_before_and_after_the_span_starts(
 ) -> None:
     """The hook for another part of the request (tool narrowing): a
     ``Scope.annotate`` before ``Scope.answer`` and one during it."""
+    from streamfix.server import reply as reply_mod
     from streamfix.server import scope as scope_mod
-    from streamfix.server.routes import chat as chat_mod
 
     real_route = scope_mod.Scope.route
-    real_open = chat_mod.Exchange.open
+    real_open = reply_mod.Exchange.open
 
     def route(self: Any, kind: str, model: Any, stream: bool = False) -> Any:
         rows = real_route(self, kind, model, stream)
@@ -515,7 +515,7 @@ async def test_the_scope_can_add_attributes_before_and_after_the_span_starts(
         return await real_open(scope, *a, **kw)
 
     monkeypatch.setattr(scope_mod.Scope, "route", route)
-    monkeypatch.setattr(chat_mod.Exchange, "open", open_)
+    monkeypatch.setattr(reply_mod.Exchange, "open", open_)
     async with (
         FakeUpstream(Reply.stream(text_stream(["x"]))) as up,
         AppServer(traced_app(spans, up.url)) as px,

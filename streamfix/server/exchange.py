@@ -60,6 +60,7 @@ from .upstream.pool import (
     ERROR_BODY_BYTES,
     ReadWatch,
     Upstream,
+    UpstreamFailure,
     forward_headers,
     response_headers,
     send,
@@ -358,6 +359,30 @@ class Exchange:
         if self.ok and self.scope.trace is not None:
             self.scope.trace.whole(raw)
         return raw
+
+    async def window_probe(self, body: dict[str, Any]) -> bytes | None:
+        """For an HTTP 200 stream with an empty body (llama.cpp's answer
+        when the prompt does not fit its window: no error, nothing to learn
+        from): ``body`` asked of the same upstream, not streamed and for one
+        token. Its 400 error body (a ``context_length_exceeded`` there
+        states the window and the prompt's size), or None."""
+        probe = {k: v for k, v in body.items() if k not in ("stream_options",)}
+        probe.update(stream=False, max_tokens=1)
+        probe.pop("max_completion_tokens", None)
+        try:
+            check = await Exchange.open(
+                self.scope, self.path, probe, order=[self.up], retries=0, recorded=False
+            )
+        except UpstreamFailure:
+            return None
+        try:
+            if check.resp.status != 400:
+                return None
+            return await check.error_body()
+        except (TimeoutError, aiohttp.ClientError):
+            return None
+        finally:
+            check.close()
 
     async def error_body(self) -> bytes:
         """The start of an error reply's body (``ERROR_BODY_BYTES``)."""

@@ -45,7 +45,7 @@ import orjson
 from ..narrow import Decision, NarrowNote
 from ..spec import ToolSpec, tools_of
 from ..wire import Door
-from .upstream.budget import BudgetPolicy, fit_prompt, fit_request
+from .upstream.budget import BudgetPolicy, estimate_prompt_tokens, fit_prompt, fit_request
 from .upstream.engines import UpstreamInfo, asks_json_schema, engine_fields
 
 #: The instruction added when ``tool_choice: "required"`` got prose back.
@@ -406,6 +406,7 @@ class Plan:
         "named",
         "narrowed",
         "notes",
+        "prompt_tokens",
         "reasks",
         "row_notes",
         "shown",
@@ -448,6 +449,18 @@ class Plan:
         #: What narrowing showed the model (``narrow.Decision.note``: the
         #: tools kept, of how many), for the recording; None: not narrowed.
         self.shown: dict[str, Any] | None = None
+        #: The estimate of the client's prompt (``budget.estimate_prompt_tokens``):
+        #: the usage a front door reports when the upstream sends none, and
+        #: what a tokens-per-minute limit counts as the request starts.
+        self.prompt_tokens = estimate_prompt_tokens(self.client)
+
+    @property
+    def admitted_tokens(self) -> int:
+        """What a request counts against a tokens-per-minute limit as it
+        starts: its prompt's estimate and its ``max_tokens`` (corrected by
+        the reply's usage as it ends)."""
+        out = self.client.get("max_tokens") or self.client.get("max_completion_tokens")
+        return self.prompt_tokens + (out if isinstance(out, int) else 0)
 
     @classmethod
     def of(
@@ -532,9 +545,17 @@ class Plan:
         assert self.narrowed is not None
         return self.soft or not self.narrowed.after_result
 
-    def options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The chain's ``options`` for this attempt: a narrowed one notes
-        what was kept on the reply and which tools it called."""
+    def options(self, options: dict[str, Any], max_reasks: int) -> dict[str, Any]:
+        """The chain's ``options`` (the row's, ``exchange.chain_options``)
+        for this attempt. A narrowed one notes what was kept on the reply
+        and which tools it called. While the reply may still be asked
+        again for coming out empty (``max_reasks`` not spent), a call
+        region the model wrote but that reads as nothing is held back
+        (``Options.hold_unreadable``): the reply is then empty, and the
+        model gets another try; on the last attempt it is given back as
+        text."""
+        if "empty" not in self.done and self.reasks < max_reasks:
+            options = {**options, "hold_unreadable": True}
         if not self.narrowing:
             return options
         assert self.narrowed is not None

@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -45,7 +45,6 @@ from ..context import Report
 from ..errors import PluginError
 from ..narrow import VectorCache
 from ..shapes import use_shapes
-from ..spec import ToolSpec
 from ..transforms.detect import matcher_for
 from . import record, tracing
 from .config import ConfigError, ServerConfig
@@ -297,14 +296,6 @@ class Proxy:
             await self.probe_all()
 
     # -- what the endpoints share -----------------------------------------
-
-    async def build_matcher(self, tools: Mapping[str, ToolSpec]) -> None:
-        """The detector's matcher for the request's tool names, built (once
-        per set, then cached) on the loop: a few milliseconds at most for
-        the largest set ``caller.validate`` lets through (``detect``'s
-        module doc), less than a thread would cost (a thread pool queued new
-        sets behind large ones)."""
-        matcher_for(tools)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

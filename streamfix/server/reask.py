@@ -91,15 +91,31 @@ class AskAgain:
             return "json"
         return None
 
-    def again(self, att: Plan, report: Report, calls: int, sent: dict[str, Any]) -> str | None:
-        """Why the repaired reply is to be asked again (``reason``), with
-        ``att`` replanned for it (``next_body``); None: it is the reply."""
-        reason = self.reason(att, report, calls)
-        if reason is not None:
+    def again(
+        self,
+        att: Plan,
+        report: Report | None,
+        calls: int,
+        sent: dict[str, Any],
+        overflow: tuple[Upstream, bytes] | None = None,
+    ) -> str | None:
+        """Why the attempt that ended with ``report`` (None: its stream
+        broke, nothing to judge) and ``calls`` is to be asked again, with
+        ``att`` replanned for it; None: it is the reply, and its outcome is
+        counted (``settle``). ``overflow``: an upstream and the overflow
+        error it gave the attempt (an error event of its stream, or its
+        answer to ``Exchange.window_probe``), which, when it teaches a
+        window, decides first (``context_exceeded``)."""
+        if overflow is not None and self.context_exceeded(overflow[0], att, overflow[1]):
+            return "context"
+        reason = self.reason(att, report, calls) if report is not None else None
+        if reason is None:
+            self.settle(att, calls)
+        else:
             self.next_body(att, reason, sent)
         return reason
 
-    def refused(self, up: Upstream, att: Plan, status: int, error: bytes) -> bool:
+    def error_reasked(self, up: Upstream, att: Plan, status: int, error: bytes) -> bool:
         """An upstream's error answer the request is asked again for: a 400
         ``context_length_exceeded`` (``context_exceeded``) or a refused
         ``json_schema`` (``format_refused``)."""

@@ -63,7 +63,7 @@ from ..text_session import CompletionSession
 from .record import FORMAT, decode_bytes, report_dict
 
 #: What the proxy says when a stream ends without ``[DONE]`` and the
-#: client's recorded bytes do not say it (``server/chat.py``'s own words).
+#: client's recorded bytes do not say it (``Exchange._stream_end``'s own words).
 _NO_DONE = "upstream ended the stream before [DONE]"
 
 #: The paths whose recordings are replayed otherwise than chat's.
