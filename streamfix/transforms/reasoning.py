@@ -673,14 +673,16 @@ class ReasoningSplitter:
         self, s: str, content: list[str], reasoning: list[str], final: bool, cut: bool
     ) -> str:
         assert self._family is not None
+        if self._draft is not None:
+            # a draft began the section: an open after it is the draft's
+            # text, not the open written again (at any split, as whole)
+            return self._drafting(s, content, reasoning, final, cut)
         if self._lead:
             again = self._reopened(s, final)
             if again is None:
                 self._held = s  # may still be the open again, or blanks
                 return ""
             s = again
-        if self._draft is not None:
-            return self._drafting(s, content, reasoning, final, cut)
         table = self._m.closes[self._family.name]
         m = table.pattern.search(s)
         c = self._draft_at(s, len(s) if m is None else m.start())
