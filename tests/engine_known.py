@@ -64,7 +64,6 @@ _HARMONY = "harmony"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
-_SEPARATED_CALLS = "calls separated by ';'"
 _TOKEN_BLANK = "blank after a removed token"
 _UNCLOSED_AT_END = "unclosed call at the end"
 _BAD_SIBLING = "a bad call among good ones"
@@ -253,23 +252,6 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
     "vllm/mistral-v11-without-args": _GIVEN_BACK
     + " (here '[TOOL_CALLS]toolname_no_args' with no arguments: 'toolname_no_args' is the"
     " text)",
-    **{
-        f"vllm/llama3-{n}": _open(
-            _SEPARATED_CALLS,
-            "bare Llama JSON calls (no <|python_tag|>) separated by ';': only the first is"
-            " lifted, the rest stays text",
-        )
-        for n in (
-            "multiple-json",
-            "multiple-json-whitespace",
-            "multiple-deep-nesting",
-            "parallel-semicolon-space",
-            "parallel-semicolon",
-        )
-    },
-    "vllm/llama3-parallel-semicolon-newline": _open(
-        _SEPARATED_CALLS, "both calls are lifted but the ';\\n' between them stays as the content"
-    ),
     "vllm/mistral-pre-v11-not-json": _open(
         _TOKEN_BLANK,
         "'[TOOL_CALLS] not json at all' gives back ' not json at all': the blank after the"

@@ -101,6 +101,12 @@ class BareJson(Format):
     def end_finder(self, marker: str) -> EndFinder:
         return CallJsonFinder()
 
+    def closer_after(self, marker: str) -> str:
+        """Llama 3 writes parallel calls as JSON objects joined by ``;``
+        (``{…}; {…}``, as vLLM's Llama 3 JSON parser reads them): the
+        ``;`` after a call goes, so the next object starts a call."""
+        return ";"
+
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
         return names_an_offered_tool(region, tools)
 
