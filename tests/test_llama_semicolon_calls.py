@@ -5,6 +5,7 @@ them is not text."""
 
 from __future__ import annotations
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,10 @@ def test_every_object_joined_by_a_semicolon_is_a_call_whole() -> None:
     choice, _ = fixed_whole(TEXT, REQUEST)
     msg = choice["message"]
     assert not msg.get("content")
-    assert [c["function"]["name"] for c in msg["tool_calls"]] == [n for n, _ in CALLS]
+    got = [
+        (c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in msg["tool_calls"]
+    ]
+    assert got == CALLS
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,8 +46,19 @@ def test_every_object_joined_by_a_semicolon_is_a_call_at_any_split(sizes: list[i
     assert got.content == ""
 
 
-def test_a_semicolon_in_prose_is_kept() -> None:
-    text = "Run one; then the other; done."
+def test_a_semicolon_after_json_that_is_no_call_is_kept() -> None:
+    """Only a call's ``;`` goes: after JSON that is not a call, the text is
+    the model's, byte for byte."""
+    text = '{"error": "not found"}; {"status": 404} ; done.'
     got = fix_text([text], REQUEST)
     assert got.content == text
     assert got.calls() == []
+
+
+def test_a_semicolon_and_prose_after_a_call_keep_the_prose() -> None:
+    """After the last call, the ``;`` goes with the call; the prose after
+    it is kept in place."""
+    text = '{"name": "searchTool", "parameters": {"query": "a"}}; that is all.'
+    got = fix_text([text], REQUEST)
+    assert got.calls() == CALLS[:1]
+    assert got.content.strip() == "that is all."
