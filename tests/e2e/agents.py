@@ -73,11 +73,17 @@ def _base_env(home: Path) -> dict[str, str]:
 
 
 async def run_claude(
-    root_url: str, prompt: str, home: Path, cwd: Path, tools: str = "Write"
+    root_url: str,
+    prompt: str,
+    home: Path,
+    cwd: Path,
+    tools: str = "Write",
+    max_output: int | None = None,
 ) -> Run:
     """``claude -p`` with ``tools`` allowed (default the Write tool), against
     ``root_url`` (the proxy's root, without ``/v1``: Claude Code adds
-    ``/v1/messages``)."""
+    ``/v1/messages``); ``max_output`` is Claude Code's own cap on a reply's
+    tokens (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, sent as ``max_tokens``)."""
     env = _base_env(home) | {
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": root_url,
@@ -87,6 +93,8 @@ async def run_claude(
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
     }
+    if max_output is not None:
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(max_output)
     argv = [
         str(agent_bin("claude")),
         "-p",
