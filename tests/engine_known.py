@@ -271,19 +271,6 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
         "a Kimi call whose arguments miss their closing brace is dropped (not repaired, not"
         " given back); its sibling is lifted",
     ),
-    **{
-        f"vllm/kimi-k2-{n}": _open(
-            _NEW_FORMAT,
-            "Kimi K2 call ids that are a bare counter ('0', no function name): the engine"
-            " takes the name from the one tool offered, or the one the arguments fit",
-        )
-        for n in (
-            "bare-counter",
-            "bare-counter-infer-by-args",
-            "stream-bare-counter",
-            "stream-bare-counter-infer",
-        )
-    },
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS)

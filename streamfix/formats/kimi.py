@@ -18,6 +18,9 @@ Also seen in users' reports and parsed: a section without per-call tokens
 (one call), a call without ``<|tool_call_argument_begin|>``
 (``functions.f:0 {…}``, vLLM PR #31207) and tagged JSON
 (``<|tool_call_begin|>{"name": …}<|tool_call_end|>``, hermes-agent PR #29735).
+A call id that is a bare counter (``<|tool_call_begin|>0 <|tool_call_argument_begin|>…``,
+vLLM's Kimi K2 tests) names no function: the call is the one tool offered's,
+or the one tool whose parameters its arguments fit; else it is unreadable.
 
 Kimi K3 replaced these with "XTML" channels (SGLang ``kimik3_detector.py`` /
 ``kimik3_format.py``; vLLM ``kimi_k3_tool_parser.py``):
@@ -48,6 +51,7 @@ CALL_END = "<|tool_call_end|>"
 ARG_BEGIN = "<|tool_call_argument_begin|>"
 
 _INDEX = re.compile(r":\d+\Z")
+_COUNTER = re.compile(r"\d+\Z")
 # A call written without <|tool_call_argument_begin|>: "functions.f:0 {…}".
 _NAME_ARGS = re.compile(r"\s*([\w.\-]+(?::\d+)?)\s*(\{.*\})\s*\Z", re.DOTALL)
 
@@ -91,10 +95,34 @@ def _bodies(region: str) -> list[str]:
         pos = start + end
 
 
-def _call(body: str) -> list[RawCall] | None:
+def _fitted(args: str, tools: Mapping[str, ToolSpec]) -> str | None:
+    """The tool a call with no name is for: the one offered, else the one
+    whose parameters the arguments fit (every key declared, every
+    required one given); None when no single tool is."""
+    if len(tools) == 1:
+        return next(iter(tools))
+    value = loads(args)
+    if not isinstance(value, dict):
+        return None
+    keys = set(value)
+    fits = []
+    for name, spec in tools.items():
+        props = spec.parameters.get("properties")
+        required = spec.parameters.get("required")
+        if not isinstance(required, list):
+            required = []
+        needed = {r for r in required if isinstance(r, str)}
+        if isinstance(props, dict) and keys <= set(props) and needed <= keys:
+            fits.append(name)
+    return fits[0] if len(fits) == 1 else None
+
+
+def _call(body: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
     head, sep, args = body.partition(ARG_BEGIN)
     if sep:
         name = _INDEX.sub("", head.strip())
+        if _COUNTER.match(name):
+            name = _fitted(args, tools) or ""
         if not name or any(c.isspace() for c in name):
             return None
         return [RawCall(name, args.strip() or None)]
@@ -124,10 +152,10 @@ class Kimi(Format):
             body = region
             for t in (*SECTION_BEGIN, *SECTION_END):
                 body = body.replace(t, "")
-            return _call(body)
+            return _call(body, tools)
         calls: list[RawCall] = []
         for body in _bodies(region):
-            got = _call(body)
+            got = _call(body, tools)
             if got is None:
                 return None
             calls.extend(got)
