@@ -173,14 +173,6 @@ KNOWN: dict[str, str] = {
         )
         for n in (1, 2, 3, 4, 5)
     },
-    **{
-        f"llamacpp/minicpm5-{n}": _open(
-            _NEW_FORMAT,
-            "MiniCPM5 <function name=…><param name=…>: no call, '</function>' removed and the"
-            " rest left as text",
-        )
-        for n in (2, 3, 4, 5, 6)
-    },
     # --- SGLang's newer per-detector suites
     "sglang/gptoss-text-then-call": _BLANKS,
     "sglang/mistral2-compact-text-before": _BLANKS,
