@@ -451,7 +451,7 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
         " newline before it is left as the content",
     ),
     "vllm/granite-not-an-array": (
-        "better: a lone object after <|tool_call|>: '<|tool_call|> {\"name\": \"func\", …}' (no"
+        'better: a lone object after <|tool_call|>: \'<|tool_call|> {"name": "func", …}\' (no'
         " list around the call) is lifted, the token says it is a call; vLLM's Granite parser"
         " reads only a list and returns the raw text"
     ),
