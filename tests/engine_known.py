@@ -478,6 +478,14 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
         "'<|tool_call_start|>[]<|tool_call_end|>' (no calls): the tokens are stripped and '[]'"
         " is given back as the content; nothing should be shown",
     ),
+    **{
+        f"vllm/cohere-{cmd}-citations": _open(
+            "citations",
+            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning and the answer;"
+            " the engine keeps the cited text and removes the tags",
+        )
+        for cmd in ("cmd3", "cmd4")
+    },
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_B)
