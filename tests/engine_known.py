@@ -399,3 +399,78 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_VLLM_REASONING)
+
+
+# --- vLLM tool parsers, batch B (tests/data/engine_cases_vllm_tools_b.json) ---
+#
+# Hunyuan A13B, Granite 3 / 4 / 20B FC, Jamba, xLAM, Olmo 3, InternLM2,
+# Phi-4 mini, LFM2, Qwen3 XML, Apertus, Cohere Command.
+
+_B_LAYOUT_BEFORE_CALL = (
+    "better: whitespace: the blank between a sentence and the call markup after it is layout,"
+    " trimmed"
+)
+_B_TEXT_AFTER_KEPT = (
+    "better: text after a call: the text the model wrote after the call markup is kept as"
+    " content (verbatim, its leading newline too); the engine drops it"
+)
+_B_TEXT_AROUND_KEPT = (
+    "better: text around a call: the sentences before and after the call markup are kept as"
+    " content; the engine drops them (content None)"
+)
+_B_BLANK_AFTER_CALL = "blank after a call"
+
+KNOWN_VLLM_TOOLS_B: dict[str, str] = {
+    "vllm/hunyuan-content-before": _B_LAYOUT_BEFORE_CALL
+    + " ('I will call the tool now.' not '… now. ')",
+    "vllm/hunyuan-content-after": _B_TEXT_AFTER_KEPT + " (content '\\nThank you!')",
+    "vllm/hunyuan-answer-close": _open(
+        _TOKEN_BLANK,
+        "'…</tool_calls>\\n</answer>': the unmatched </answer> is stripped after the call, the"
+        " newline before it is left as the content",
+    ),
+    "vllm/granite-not-an-array": (
+        'better: a lone object after <|tool_call|>: \'<|tool_call|> {"name": "func", …}\' (no'
+        " list around the call) is lifted, the token says it is a call; vLLM's Granite parser"
+        " reads only a list and returns the raw text"
+    ),
+    "vllm/granite4-complex": (
+        "better: whitespace: the blanks on both sides of each lifted call are joined into one"
+        " space ('…call: Now the stock…'); vLLM keeps both (' \\n Now …')"
+    ),
+    "vllm/granite20b-surrounding-text": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check the weather for you.' not '… you.\\n')",
+    "vllm/xlam-think-tag": (
+        "better: reasoning: '<think>…</think>' before the call list is reasoning, moved to"
+        " reasoning_content; vLLM's xLAM parser leaves the tags and the thought in the content"
+    ),
+    "vllm/internlm-surrounding-text": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check the weather for you.' not '… you. ')",
+    "vllm/phi4mini-surrounding-text": _B_TEXT_AROUND_KEPT,
+    "vllm/lfm2-content-after": _open(
+        _B_BLANK_AFTER_CALL,
+        "the newline between <|tool_call_end|> and the text after it stays at the head of the"
+        " content ('\\nChecking …'); vLLM strips it",
+    ),
+    "vllm/lfm2-empty-block": _open(
+        "empty call list",
+        "'<|tool_call_start|>[]<|tool_call_end|>' (no calls): the tokens are stripped and '[]'"
+        " is given back as the content; nothing should be shown",
+    ),
+    "vllm/lfm2-echoed-body": _open(
+        "echoed call",
+        "LFM2 writes the call body again after <|tool_call_end|>, capped by a second one: the"
+        " echo goes out as text (the tokens stripped); it should go with the call (a format's"
+        " closer_after sees only the marker, not the call's body)",
+    ),
+    **{
+        f"vllm/cohere-{cmd}-citations": _open(
+            "citations",
+            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning and the answer;"
+            " the engine keeps the cited text and removes the tags",
+        )
+        for cmd in ("cmd3", "cmd4")
+    },
+}
+
+KNOWN.update(KNOWN_VLLM_TOOLS_B)

@@ -215,3 +215,18 @@ def test_typed_value_keeps_text_for_a_nullable_string() -> None:
     )
     assert _family.typed_value("5", tools, "f", "note") == "5"
     assert _family.typed_value("5", tools, "f", "n") == 5
+
+
+def test_apertus_reply_ending_inside_the_list() -> None:
+    """vLLM ``test_incomplete_tool_call``: the reply ends after a call's
+    arguments closed, before the call object's ``}`` and the list's ``]``:
+    the envelope is closed and the call read; arguments cut short are not
+    closed for them."""
+    from streamfix.formats import apertus
+
+    f = apertus.Apertus()
+    head = '<|tools_prefix|>[{"lookup_order": {"order_id": "F-6"}'
+    assert norm(f.parse(head, TOOLS)) == [("lookup_order", {"order_id": "F-6"})]
+    assert norm(f.parse(head + "}", TOOLS)) == [("lookup_order", {"order_id": "F-6"})]
+    assert f.parse('<|tools_prefix|>[{"lookup_order": {"order_id": "F-6"', TOOLS) is None
+    assert f.parse('<|tools_prefix|>[{"lookup_order": {"order_id": "F-', TOOLS) is None

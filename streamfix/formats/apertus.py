@@ -5,7 +5,12 @@
 (llama.cpp ``common/chat.cpp`` Apertus handler and its tests, vLLM
 ``tool_parsers/apertus_tool_parser.py``, SGLang ``apertus2509_detector.py``).
 The region ends where the list closes, taking ``<|tools_suffix|>`` right
-after it.
+after it. A reply that ends inside the list, after a call's arguments
+closed (``[{"NAME": {…}}`` with no ``]``, or ``[{"NAME": {…}`` with neither
+the call's ``}`` nor the ``]``), holds whole calls: the envelope's closers
+are supplied (vLLM's ``test_incomplete_tool_call``), never the arguments'
+own. A ``length`` cut there is still a call cut off (the detector does not
+read it).
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ class Apertus(Format):
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):
             return None
-        value = loads(strip_trailer(region[len(OPEN) :], CLOSE))
+        body = strip_trailer(region[len(OPEN) :], CLOSE)
+        value = loads(body)
+        if value is None:
+            value = _closed_envelope(body)
         items = value if isinstance(value, list) else [value]
         calls: list[RawCall] = []
         for item in items:
@@ -43,6 +51,23 @@ class Apertus(Format):
                 return None
             calls.append(RawCall(name, args))
         return calls or None
+
+
+#: What a reply ending inside the list may lack: the list's ``]``, or the
+#: last call object's ``}`` and the ``]`` (the arguments must have closed).
+_ENVELOPE_CLOSERS = ("]", "}]")
+
+
+def _closed_envelope(body: str) -> object:
+    """The list ``body`` begins, closed after its last whole call; None
+    when that does not read (the arguments themselves were cut short)."""
+    if not body.startswith("["):
+        return None
+    for tail in _ENVELOPE_CLOSERS:
+        value = loads(body + tail)
+        if value is not None:
+            return value
+    return None
 
 
 FORMATS: list[Format] = [Apertus()]
