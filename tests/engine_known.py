@@ -452,14 +452,6 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
         " body is not JSON ('foo') is given back with its header words"
         " ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
     ),
-    **{
-        f"vllm/gigachat3-{name}": _open(
-            _TOKEN_BLANK,
-            "GigaChat 3's '<|message_sep|>\\n\\n' before 'function call<|role_sep|>': the blank"
-            " after the removed token is kept ('\\n\\n' in the content)",
-        )
-        for name in ("simple", "parameterless", "complex", "mixed-content", "mixed-content-eos")
-    },
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_A)
