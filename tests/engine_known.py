@@ -448,9 +448,8 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
     ),
     "vllm/gptoss-multiple-tools": _open(
         _HARMONY,
-        "a message to a function with no body ('<|message|><|call|>') is no call, and one whose"
-        " body is not JSON ('foo') is given back with its header words"
-        " ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
+        "a message to a function whose body is not JSON ('foo') is given back with its header"
+        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
     ),
 }
 

@@ -262,3 +262,16 @@ def test_gigachat_message_separator_before_a_call_leaves_no_blank(text: str, con
     for pieces in ([text], list(text), *([text[:k], text[k:]] for k in range(1, len(text)))):
         a = fix_text(pieces)
         assert (a.content, outcome(a)[1]) == (content, calls), pieces
+
+
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_harmony_message_without_body_at_the_end_is_a_call_without_arguments(finish: str) -> None:
+    """``<|call|>`` is a stop token: a call message with no body ends the
+    reply at its ``<|message|>``. Ended normally it is a call without
+    arguments; cut by the token limit it may have been cut before its
+    arguments, so it is no call."""
+    text = BEFORE + "<|start|>assistant to=functions.refresh_cache<|channel|>commentary<|message|>"
+    calls = [("refresh_cache", {})] if finish == "stop" else []
+    for pieces in ([text], list(text)):
+        a = fix_text(pieces, finish=finish)
+        assert (a.content.strip(), outcome(a)[1]) == (BEFORE.strip(), calls)

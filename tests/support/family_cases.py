@@ -619,6 +619,13 @@ CASES: list[Case] = [
         '<|channel|>commentary to=python_runner<|message|>{"order_id": "F-6"}<|call|>',
         [("python_runner", LO)],
     ),
+    Case(
+        # No body: a call without arguments (openai_harmony renders one so).
+        "harmony-empty-body",
+        HA,
+        "<|start|>assistant to=functions.refresh_cache<|channel|>commentary json<|message|><|call|>",
+        [("functions.refresh_cache", {})],
+    ),
     aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
     aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
     # --- Granite
