@@ -474,3 +474,38 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_B)
+
+
+# --- vLLM tool parsers, batch A (tests/data/engine_cases_vllm_tools_a.json) -
+#
+# Harmony, Seed-OSS, Step3, Step-3.5, MiniMax M1/M2, GLM-4.7, GigaChat 3,
+# LongCat.
+
+_REASONING_ENDS = (
+    "better: whitespace: the newlines just inside the <seed:think> tags are trimmed from the"
+    " reasoning (the engine keeps them)"
+)
+
+KNOWN_VLLM_TOOLS_A: dict[str, str] = {
+    "vllm/seed-oss-call-unlimited-budget": _REASONING_ENDS,
+    "vllm/seed-oss-stream-0-budget": _REASONING_ENDS,
+    "vllm/minimax-m2-content-before-call": _BLANKS + " ('Let me check.' not 'Let me check. ')",
+    "vllm/minimax-m1-call-in-thinking": _BLANKS + " (the '\\n\\n' after </think>)",
+    "vllm/minimax-m2-multiple-params": _NO_SCHEMA.replace("lmdeploy", "vLLM's MiniMax M2 parser")
+    + " (here days=5)",
+    "vllm/minimax-m1-multiline-json": (
+        "better: a call written over several lines: the MiniMax M1 <tool_calls> block holding one"
+        " JSON object spread over lines is lifted; vLLM reads one object per line, finds none and"
+        " returns an empty reply (no call, no content)"
+    ),
+    "vllm/step3p5-type-conversion": _open(
+        _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
+    ),
+    "vllm/gptoss-multiple-tools": _open(
+        _HARMONY,
+        "a message to a function whose body is not JSON ('foo') is given back with its header"
+        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
+    ),
+}
+
+KNOWN.update(KNOWN_VLLM_TOOLS_A)

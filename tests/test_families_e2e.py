@@ -239,3 +239,39 @@ def test_section_cut_after_its_first_call_is_cut_off_as_a_whole(text: str) -> No
     assert a.content.strip() == BEFORE.strip()
     assert a.finish_reason == "length"
     assert session.report.truncated_call
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        (
+            "I'll check that for you.<|message_sep|>\n\nfunction call<|role_sep|>\n"
+            '{"name": "lookup_order", "arguments": {"order_id": "F-6"}}</s>',
+            "I'll check that for you.",
+        ),
+        ("Hi<|message_sep|>\n\nThere", "Hi\n\nThere"),
+    ],
+    ids=["call", "text"],
+)
+def test_gigachat_message_separator_before_a_call_leaves_no_blank(text: str, content: str) -> None:
+    """GigaChat 3's ``<|message_sep|>\\n\\n`` (one token for its tokenizer)
+    before ``function call<|role_sep|>`` goes with the call: the content is
+    the sentence, not the sentence and a blank line, at every split (vLLM's
+    gigachat3 tests). Before other text the token alone is removed."""
+    calls = [("lookup_order", {"order_id": "F-6"})] if "function call" in text else []
+    for pieces in ([text], list(text), *([text[:k], text[k:]] for k in range(1, len(text)))):
+        a = fix_text(pieces)
+        assert (a.content, outcome(a)[1]) == (content, calls), pieces
+
+
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_harmony_message_without_body_at_the_end_is_a_call_without_arguments(finish: str) -> None:
+    """``<|call|>`` is a stop token: a call message with no body ends the
+    reply at its ``<|message|>``. Ended normally it is a call without
+    arguments; cut by the token limit it may have been cut before its
+    arguments, so it is no call."""
+    text = BEFORE + "<|start|>assistant to=functions.refresh_cache<|channel|>commentary<|message|>"
+    calls = [("refresh_cache", {})] if finish == "stop" else []
+    for pieces in ([text], list(text)):
+        a = fix_text(pieces, finish=finish)
+        assert (a.content.strip(), outcome(a)[1]) == (BEFORE.strip(), calls)

@@ -1,10 +1,18 @@
 """Sber GigaChat 3 calls: one JSON object after the function-call marker,
 
 ``<|function_call|>{"name": "f", "arguments": {…}}`` or, as the chat template
-writes it, ``<|message_sep|>function call<|role_sep|>\\n{"name": "f", "arguments": {…}}``
+writes it, ``<|message_sep|>\\n\\nfunction call<|role_sep|>\\n{"name": "f", "arguments": {…}}``
 (SGLang ``function_call/gigachat3_detector.py``, vLLM
-``gigachat3_tool_parser.py``). No closing token (``</s>`` may follow):
-the region ends where the object closes.
+``gigachat3_tool_parser.py``). No closing token (``</s>`` or the next
+message's ``<|message_sep|>`` may follow): the region ends where the object
+closes.
+
+``<|message_sep|>`` ends the message before the call's, with the blank
+line the template writes after it (one token, ``<|message_sep|>\\n\\n``, in
+vLLM's tests): the region starts there when ``function call<|role_sep|>``
+is what follows the blanks, so neither the token nor its blank line is left
+in the content. Followed by anything else it is text (the residue stripper
+removes the token).
 """
 
 from __future__ import annotations
@@ -13,26 +21,41 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ..spec import ToolSpec
-from ._family import Json, Opt, Steps, loads, strip_trailer
-from .base import EndFinder, Format, RawCall, calls_from_value
+from ._family import Header, Json, Opt, Steps, Until, loads, strip_trailer
+from .base import EndFinder, Format, RawCall, calls_from_value, lead_shape
 
-MARKERS = ("<|function_call|>", "function call<|role_sep|>")
+MESSAGE_SEP = "<|message_sep|>"
+ROLE_HEAD = "function call<|role_sep|>"
+MARKERS = ("<|function_call|>", ROLE_HEAD)
 EOS = "</s>"
 
 
 class GigaChat(Format):
     name: ClassVar[str] = "gigachat"
-    markers: ClassVar[tuple[str, ...]] = MARKERS
+    markers: ClassVar[tuple[str, ...]] = (*MARKERS, MESSAGE_SEP)
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(len(marker), Json("{["), Opt(EOS))
+        value = (Json("{["), Opt(EOS, MESSAGE_SEP))
+        if marker == MESSAGE_SEP:
+            # Blanks, then the role header (``body_shape`` tells the rest
+            # from a call), then the object.
+            head = Header("f", r"\s", r"\s*", r"\s*")
+            return Steps(len(marker), head, Until(ROLE_HEAD, limit=len(ROLE_HEAD)), *value)
+        return Steps(len(marker), *value)
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        if region.startswith(MESSAGE_SEP):
+            return lead_shape(region[len(MESSAGE_SEP) :], (ROLE_HEAD,), final)
+        return True
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if region.startswith(MESSAGE_SEP):
+            region = region[len(MESSAGE_SEP) :].lstrip()
         marker = next((m for m in MARKERS if region.startswith(m)), None)
         if marker is None:
             return None
-        value = loads(strip_trailer(region[len(marker) :], EOS))
+        value = loads(strip_trailer(region[len(marker) :], EOS, MESSAGE_SEP))
         return calls_from_value(value) if value is not None else None
 
 

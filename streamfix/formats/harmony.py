@@ -18,7 +18,10 @@ is one.
 
 ``<|call|>`` is a stop token, so most engines never send it: the region
 ends where the JSON closes, taking a ``<|call|>`` (or the ``<|end|>`` some
-engines write there) right after it.
+engines write there) right after it. A message with no body at all
+(``<|message|><|call|>``, or ``<|message|>`` at the end of the reply) is a
+call without arguments (openai_harmony renders a call with empty arguments
+so; vLLM's tests).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
-from .base import EndFinder, Format, RawCall, Reasoning
+from .base import ABORT, EndFinder, Format, RawCall, Reasoning
 
 MESSAGE = "<|message|>"
 CALL = "<|call|>"
@@ -56,6 +59,46 @@ _BUILTINS = ("python", "browser.", "container.")
 _BUILTIN = re.compile(r"(?:python|browser\.\w+|container\.\w+)\Z")
 
 
+class _CallFinder:
+    """The header up to ``<|message|>``, then the body: a JSON value and
+    an optional ``<|call|>``/``<|end|>``, or, when the first character after
+    the blanks opens a token, nothing but that token (a call without
+    arguments). Each piece is scanned once."""
+
+    __slots__ = ("_body", "_head")
+
+    def __init__(self, skip: int) -> None:
+        self._head: Steps | None = Steps(skip, Until(MESSAGE, limit=MAX_HEADER_CHARS))
+        self._body: Steps | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Only an optional closing token is still awaited (``Steps.complete``)."""
+        return self._body is not None and self._body.complete
+
+    def feed(self, text: str) -> int | None:
+        i = 0
+        if self._head is not None:
+            r = self._head.feed(text)
+            if r is None or r == ABORT:
+                return r
+            self._head = None
+            i = r
+        if self._body is None:
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if i == len(text):
+                return None
+            if text[i] == "<":
+                self._body = Steps(0, Until(CALL, END, limit=len(CALL)))
+            else:
+                self._body = Steps(0, Json("{["), Opt(CALL, END))
+        r = self._body.feed(text[i:] if i else text)
+        if r is None or r == ABORT:
+            return r
+        return i + r
+
+
 class Harmony(Format):
     name: ClassVar[str] = "harmony"
     markers: ClassVar[tuple[str, ...]] = _TO
@@ -66,9 +109,7 @@ class Harmony(Format):
     wrapped: ClassVar[bool] = True
 
     def end_finder(self, marker: str) -> EndFinder:
-        return Steps(
-            len(marker), Until(MESSAGE, limit=MAX_HEADER_CHARS), Json("{["), Opt(CALL, END)
-        )
+        return _CallFinder(len(marker))
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         head, sep, body = region.partition(MESSAGE)
@@ -76,6 +117,8 @@ class Harmony(Format):
         if not sep or m is None:
             return None
         args = strip_trailer(body, CALL, END)
+        if not args:
+            return [RawCall(_unglue(m.group(1), tools), {})]
         if not args.startswith("{"):
             return None
         return [RawCall(_unglue(m.group(1), tools), args)]

@@ -619,6 +619,13 @@ CASES: list[Case] = [
         '<|channel|>commentary to=python_runner<|message|>{"order_id": "F-6"}<|call|>',
         [("python_runner", LO)],
     ),
+    Case(
+        # No body: a call without arguments (openai_harmony renders one so).
+        "harmony-empty-body",
+        HA,
+        "<|start|>assistant to=functions.refresh_cache<|channel|>commentary json<|message|><|call|>",
+        [("functions.refresh_cache", {})],
+    ),
     aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
     aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
     # --- Granite
@@ -898,6 +905,15 @@ CASES: list[Case] = [
         'function call<|role_sep|>\n{"name": "create_ticket", "arguments": {"title": "Printer on fire", "priority": 1}}',
         [("create_ticket", CT)],
     ),
+    Case(
+        # The template's message separator and its blank line start the region
+        # (vLLM's gigachat3 tests); a following message's separator ends it.
+        "gigachat-message-sep",
+        GC,
+        '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "lookup_order", "arguments": {"order_id": "F-6"}}<|message_sep|>',
+        [("lookup_order", LO)],
+    ),
+    aborted("gigachat-message-sep-then-text", GC, "<|message_sep|>\n\nH", after="ello"),
     # --- Hunyuan v3
     Case(
         "hunyuan-v3",
