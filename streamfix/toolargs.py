@@ -250,16 +250,31 @@ def coerce(args: dict[str, Any], schema: dict[str, Any]) -> tuple[dict[str, Any]
     return (out, True) if changed else (args, False)
 
 
+#: Type names that are not JSON Schema's but that tool schemas use (Python's
+#: and C's names; the engines' XML parsers read them so): the JSON type each
+#: means.
+TYPE_ALIASES = {
+    "float": "number",
+    "double": "number",
+    "int": "integer",
+    "bool": "boolean",
+    "str": "string",
+    "dict": "object",
+    "list": "array",
+}
+
+
 def schema_types(prop: dict[str, Any]) -> frozenset[str]:
     """The JSON types a parameter's schema admits: its ``type`` (a name or a
-    list), the types of its ``anyOf``/``oneOf`` branches (how Pydantic
-    writes ``Optional[int]``), and ``null`` for ``nullable: true`` (OpenAPI).
+    list; ``TYPE_ALIASES`` read as the JSON types they mean), the types of
+    its ``anyOf``/``oneOf`` branches (how Pydantic writes
+    ``Optional[int]``), and ``null`` for ``nullable: true`` (OpenAPI).
     Empty when the schema names none (anything goes)."""
     out: set[str] = set()
     typ = prop.get("type")
     for t in typ if isinstance(typ, list) else [typ]:
         if isinstance(t, str):
-            out.add(t)
+            out.add(TYPE_ALIASES.get(t, t))
     for key in ("anyOf", "oneOf"):
         branches = prop.get(key)
         if isinstance(branches, list):

@@ -134,19 +134,9 @@ KNOWN: dict[str, str] = {
         for n in (1, 2, 3, 4, 5)
     },
     # argument types and text
-    "sglang/qwen3-coder-type-conversion": _open(
-        _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
-    ),
     "mlx-lm/glm47-temperature-1": _open(
         _ARG_TYPES,
         "<arg_value>\"London\"</arg_value> for a 'str' parameter keeps the JSON quotes",
-    ),
-    "llamacpp/qwen3-coder-19": _open(
-        _ARG_TYPES, "type ['string', 'object']: a JSON object value stays a string"
-    ),
-    "llamacpp/qwen3-coder-20": _open(_ARG_TYPES, "type ['string', 'integer']: 42 stays a string"),
-    "llamacpp/ling3-17": _open(
-        _ARG_TYPES, "type ['string', 'object'] / ['string', 'integer']: values stay strings"
     ),
     "sglang/qwen3-coder-indented-xml": _open(
         _ARG_TEXT,
@@ -226,9 +216,6 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
     "vllm/deepseekv31-unparsable-no-call-markers": _DS_TOKENS_SHOWN
     + " (here the section holds 'foo<｜tool▁sep｜>{\"x\":1}' without the per-call markers:"
     " the text 'foo{\"x\":1}' goes out, not a call)",
-    "vllm/qwen3coder-type-conversion": _open(
-        _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
-    ),
     "vllm/hermes-bare-string-arguments": _NOT_AN_OBJECT,
     "vllm/hermes-string-arguments-braces": _NOT_AN_OBJECT,
     "vllm/hermes-string-arguments-bracket": _NOT_AN_OBJECT,
@@ -497,9 +484,6 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
         "better: a call written over several lines: the MiniMax M1 <tool_calls> block holding one"
         " JSON object spread over lines is lifted; vLLM reads one object per line, finds none and"
         " returns an empty reply (no call, no content)"
-    ),
-    "vllm/step3p5-type-conversion": _open(
-        _ARG_TYPES, "schema type 'float' (not JSON Schema) is not read as a number"
     ),
     "vllm/gptoss-multiple-tools": _open(
         _HARMONY,

@@ -354,14 +354,50 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
     """An XML parameter's text as the chat templates wrote it: raw for a
     string parameter, JSON (``tojson``) for any other. Decoded as JSON
     unless the offered tool's schema says the parameter is a string; text
-    that is not JSON stays text (``toolargs.py`` converts it by schema later)."""
+    that is not JSON stays text (``toolargs.py`` converts it by schema later).
+    A parameter that admits a string and other types (``["string",
+    "object"]``) takes the JSON reading when it is one of those others
+    (``{"a": 1}`` an object, ``7`` an integer), else the text as it stands
+    (``2 dollars``), as llama.cpp's XML-call parsers do."""
     prop = _prop(tools, name, key)
-    if prop is not None and "string" in schema_types(prop):
+    types = schema_types(prop) if prop is not None else frozenset()
+    if "string" in types and len(types) == 1:
         return raw
     try:
-        return _json(raw)
+        value = _json(raw)
     except orjson.JSONDecodeError:
         return raw
+    if "string" in types and (isinstance(value, str) or not _json_types(value) & types):
+        return raw
+    return value
+
+
+def union_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:
+    """``typed_value`` for a parameter that admits a string and other types
+    (for formats that leave the rest to ``toolargs.coerce``); the text as it
+    stands for any other."""
+    prop = _prop(tools, name, key)
+    types = schema_types(prop) if prop is not None else frozenset()
+    if "string" not in types or len(types) == 1:
+        return raw
+    return typed_value(raw, tools, name, key)
+
+
+def _json_types(value: Any) -> frozenset[str]:
+    """The JSON Schema types ``value`` is an instance of."""
+    if isinstance(value, bool):
+        return frozenset({"boolean"})
+    if isinstance(value, int):
+        return frozenset({"integer", "number"})
+    if isinstance(value, float):
+        return frozenset({"number"})
+    if isinstance(value, dict):
+        return frozenset({"object"})
+    if isinstance(value, list):
+        return frozenset({"array"})
+    if value is None:
+        return frozenset({"null"})
+    return frozenset({"string"})
 
 
 def contiguous(

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import ToolSpec
+from ._family import union_value
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, Residue, lead_shape
 from .scan import (
     END,
@@ -187,7 +188,12 @@ class QwenXml(Format):
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         body = _body(region)
-        return None if body is None else xml_calls(body)
+        calls = None if body is None else xml_calls(body)
+        for c in calls or ():
+            if isinstance(c.arguments, dict):  # a string-or-other parameter's JSON
+                for k, v in c.arguments.items():
+                    c.arguments[k] = union_value(v, tools, c.name, k)
+        return calls
 
 
 FORMATS: list[Format] = [QwenXml()]
