@@ -125,14 +125,6 @@ KNOWN: dict[str, str] = {
     "llamacpp/gpt-oss-13": _open(
         _HARMONY, "'commentary to=assistant' before the final channel: header words leak"
     ),
-    **{
-        f"llamacpp/llm-jp-4.1-{n}": _open(
-            _HARMONY,
-            "LLM-jp 4.1's dialect (a space after each special token): nothing is split, header"
-            " words reach the content",
-        )
-        for n in (1, 2, 3, 4, 5)
-    },
     # argument types and text
     "mlx-lm/glm47-temperature-1": _open(
         _ARG_TYPES,

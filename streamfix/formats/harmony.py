@@ -42,9 +42,18 @@ END = "<|end|>"
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 
 
+def _spelled(*headers: str) -> tuple[str, ...]:
+    """``headers`` as gpt-oss writes them, and as LLM-jp 4.1 does: a space
+    after ``<|channel|>`` and ``<|start|>`` (llama.cpp's LLM-jp 4.1 tests)."""
+    spaced = (
+        h.replace("<|channel|>", "<|channel|> ").replace("<|start|>", "<|start|> ") for h in headers
+    )
+    return (*headers, *(h for h in spaced if h not in headers))
+
+
 #: Where a message's recipient is written: in the channel, or in the role
 #: header (``<|start|>assistant to=…``).
-_TO = (
+_TO = _spelled(
     "<|channel|>commentary to=",
     "<|channel|>analysis to=",
     "<|start|>assistant to=",
@@ -170,18 +179,18 @@ FORMATS: list[Format] = [Harmony(), HarmonyBuiltin()]
 REASONING: list[Reasoning] = [
     Reasoning(
         "harmony",
-        opens=(
+        opens=_spelled(
             "<|channel|>analysis<|message|>",
             "<|start|>assistant<|channel|>analysis<|message|>",
         ),
         # The next message's header ends one too when the model left out
         # <|end|> (llama.cpp's gpt-oss parser reads it so).
-        closes=(
+        closes=_spelled(
             "<|end|>",
             "<|start|>assistant<|channel|>final<|message|>",
             "<|start|>assistant<|channel|>commentary<|message|>",
         ),
-        answer=(
+        answer=_spelled(
             "<|channel|>final<|message|>",
             "<|start|>assistant<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
@@ -189,7 +198,7 @@ REASONING: list[Reasoning] = [
         ),
         # <|end|> and <|return|> are special tokens the residue stripper
         # removes anyway.
-        leading=(
+        leading=_spelled(
             "<|channel|>analysis<|message|>",
             "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
