@@ -58,6 +58,7 @@ from .transforms.missed import MissedCalls
 from .transforms.reasoning import ReasoningSplitter
 from .transforms.repetition import UPSTREAM_CUT, RepetitionCutter, upstream_cut
 from .transforms.residue import ResidueStripper
+from .transforms.turn_end import TurnEnd
 
 
 class _Marker:
@@ -120,6 +121,8 @@ def build_pipeline(ctx: Context) -> list[Transform]:
             # own channel is the answer (``Reasoning.calls_apart``).
             detector.watch_answer(splitter.in_answer)
     if ctx.has_tools and opts.strip:
+        # The turn's end first: what follows it is dropped, not stripped.
+        steps.append(TurnEnd(ctx))
         steps.append(ResidueStripper(ctx))
     if ctx.lifts:
         steps.append(MissedCalls(ctx))

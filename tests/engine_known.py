@@ -359,14 +359,10 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         " an unreadable call section): the reasoning goes out as the answer with the section's"
         " text",
     ),
-    **{
-        f"vllm/plamo3-{name}": _open(
-            "end of turn",
-            "text after PLaMo 3's end-of-turn <|plamo:tag|> is kept (with the tag stripped); the"
-            " engine stops there",
-        )
-        for name in ("off-eot", "eot-in-reasoning", "begin-end-eot", "begin-eot", "off-eot-later")
-    },
+    # The turn ends at PLaMo 3's end-of-turn token (transforms/turn_end.py);
+    # before it, the prompt-opened reasoning never closed and the turn ended
+    # normally: it is the answer.
+    "vllm/plamo3-eot-in-reasoning": _UNCLOSED_ANSWER,
     "vllm/plamo3-off-prefix-suffix": _open(
         "reasoning after text",
         "thinking off, a PLaMo 3 reasoning pair after text: its tags are stripped and the"

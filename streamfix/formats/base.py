@@ -146,6 +146,11 @@ class Residue:
 
     - ``bars``: characters other than ``|`` that bar a family's special
       tokens as ``|`` does in ``<|…|>`` (DeepSeek's fullwidth bar).
+    - ``turn_ends``: markup after which nothing is the model's reply: the
+      end-of-turn token the server did not stop at (PLaMo 3's
+      ``<|plamo:tag|>``), or the header of a turn the model goes on to write
+      for the user (``<|im_start|>user\n``). The turn ends there
+      (``transforms/turn_end.py``).
 
     ``<|…|>`` tokens, and those barred by any family's ``bars``, need no
     declaration one by one: any of them is a special token.
@@ -158,6 +163,7 @@ class Residue:
     tokens: tuple[str, ...] = ()
     partials: tuple[str, ...] = ()
     bars: tuple[str, ...] = ()
+    turn_ends: tuple[str, ...] = ()
 
     def barring(self) -> str:
         """Every character that bars a special token: ``|``, then ``bars``."""

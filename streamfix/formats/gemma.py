@@ -235,7 +235,10 @@ REASONING: list[Reasoning] = [
 #: Gemma's turn tokens and FunctionGemma's call tokens, written as words;
 #: a channel open left after the answer (its header with it).
 RESIDUE: list[Residue] = [
-    Residue(words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call")),
+    Residue(
+        words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call"),
+        turn_ends=("<start_of_turn>user\n",),
+    ),
     Residue(
         tokens=(r"<\|channel>(?:thought)?",),
         partials=(r"<\|channel>(?:t(?:h(?:o(?:u(?:g(?:h)?)?)?)?)?)?\Z",),

@@ -154,5 +154,7 @@ RESIDUE: list[Residue] = [
         # ChatML, the template these models are served with: a leaked turn
         # header is stripped with its role line.
         headers=("<|im_start|>",),
+        # A user's turn the model writes after its own is not its reply.
+        turn_ends=("<|im_start|>user\n",),
     )
 ]

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from ..spec import ToolSpec
 from ._family import Json, More, Opt, Steps, loads, python_calls, strip_trailer
-from .base import ABORT, EndFinder, Format, RawCall, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, Residue, calls_from_value
 from .qwen_xml import function_shape
 from .scan import UntilMarker, split_values
 
@@ -162,3 +162,7 @@ class FunctionTag(Format):
 
 
 FORMATS: list[Format] = [PythonTag(), PythonStart(), FunctionTag()]
+
+#: The header of a user's turn the model goes on to write after its own
+#: (its ``<|eot_id|>`` not a stop token on the server): not its reply.
+RESIDUE: list[Residue] = [Residue(turn_ends=("<|start_header_id|>user<|end_header_id|>",))]

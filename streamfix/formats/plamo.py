@@ -9,10 +9,13 @@ not single special tokens (several pieces each), but as text they are
 
 from __future__ import annotations
 
-from .base import Reasoning
+from .base import Reasoning, Residue
 
 BEGIN_THINK = "<|plamo:begin_think:plamo|>"
 END_THINK = "<|plamo:end_think:plamo|>"
+#: PLaMo 3's end of turn, one token (vLLM's PLaMo 3 parser ends the reply
+#: there): a server that does not stop at it sends what follows.
+EOT = "<|plamo:tag|>"
 
 REASONING: list[Reasoning] = [
     Reasoning("plamo3", opens=(BEGIN_THINK,), closes=(END_THINK,), prefilled=True),
@@ -20,3 +23,5 @@ REASONING: list[Reasoning] = [
 
 #: PLaMo 3 thinks unless the request switches it off.
 REASONING_MODELS = (r"plamo-?3",)
+
+RESIDUE: list[Residue] = [Residue(turn_ends=(EOT,))]
