@@ -26,6 +26,7 @@ from streamfix.context import UNOPENED_HOLD, Context
 from streamfix.transforms.reasoning import ReasoningSplitter
 from streamfix.transforms.repetition import RepetitionCutter
 from streamfix.transforms.residue import ResidueStripper
+from streamfix.transforms.turn_end import TurnEnd
 
 from .support.streamutil import chunk, run_sse, split_at
 from .test_runs import _CALL_ID, END, ROLE, WEATHER
@@ -185,7 +186,8 @@ def test_the_reasoning_lane_leaves_out_steps_that_ignore_reasoning() -> None:
     lane = st_.reasoning_lane
     assert lane is not None
     kinds = [type(st_.steps[p]) for p in lane.pos]
-    assert kinds == [ReasoningSplitter, RepetitionCutter, ResidueStripper]
+    # the turn's end is looked for in reasoning too
+    assert kinds == [ReasoningSplitter, RepetitionCutter, TurnEnd, ResidueStripper]
     st_ = Chain(Context.of(None, {}))._choice(0)
     assert st_.reasoning_lane is not None
     assert [type(st_.steps[p]) for p in st_.reasoning_lane.pos] == [RepetitionCutter]
