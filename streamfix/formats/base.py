@@ -150,7 +150,7 @@ class Residue:
       end-of-turn token the server did not stop at (PLaMo 3's
       ``<|plamo:tag|>``), or the header of a turn the model goes on to write
       for the user (``<|im_start|>user\n``). The turn ends there
-      (``transforms/turn_end.py``).
+      (``transforms/turn_end.py``); each opens with ``<``.
 
     ``<|…|>`` tokens, and those barred by any family's ``bars``, need no
     declaration one by one: any of them is a special token.

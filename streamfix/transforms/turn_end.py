@@ -18,6 +18,7 @@ character), so the cost is O(delta).
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from ..context import Context
@@ -30,40 +31,60 @@ NOTE = {"cut": "end_of_turn"}
 
 @lru_cache(maxsize=1)
 def _markers() -> tuple[str, ...]:
-    return registry.all_residue().turn_ends
+    """The families' ``turn_ends`` (markup opens with ``<``: the lane's test)."""
+    return tuple(m for m in registry.all_residue().turn_ends if m.startswith("<"))
 
 
-registry.on_change(_markers.cache_clear)
+@lru_cache(maxsize=1)
+def _pattern() -> re.Pattern[str]:
+    """Any of the markers: one search per piece."""
+    return re.compile("|".join(map(re.escape, _markers())))
 
 
-def _held_start(text: str, markers: tuple[str, ...]) -> int:
+def _changed() -> None:
+    _markers.cache_clear()
+    _pattern.cache_clear()
+
+
+registry.on_change(_changed)
+
+
+def _held_start(text: str, markers: tuple[str, ...], longest: int) -> int:
     """Where a marker may begin at the end of ``text`` (``len(text)``
-    when none can)."""
-    for i in range(max(0, len(text) - max(map(len, markers)) + 1), len(text)):
+    when none can): only at a ``<`` within the longest marker of the end."""
+    n = len(text)
+    i = text.find("<", max(0, n - longest + 1))
+    while i >= 0:
         tail = text[i:]
         if any(m.startswith(tail) for m in markers):
             return i
-    return len(text)
+        i = text.find("<", i + 1)
+    return n
 
 
 class _Channel:
     """One text channel's scan (content, or reasoning)."""
 
-    __slots__ = ("held",)
+    __slots__ = ("held", "longest", "pattern")
 
-    def __init__(self) -> None:
+    def __init__(self, longest: int, pattern: re.Pattern[str]) -> None:
         self.held = ""
+        self.longest = longest
+        self.pattern = pattern
 
     def scan(self, text: str, markers: tuple[str, ...], final: bool) -> tuple[str, bool]:
         """(the text to release, whether a marker ended the turn)."""
-        text = self.held + text
-        self.held = ""
-        ends = [i for i in (text.find(m) for m in markers) if i >= 0]
-        if ends:
-            return text[: min(ends)], True
+        if self.held:
+            text = self.held + text
+            self.held = ""
+        elif "<" not in text:
+            return text, False
+        m = self.pattern.search(text)
+        if m is not None:
+            return text[: m.start()], True
         if final:
             return text, False
-        cut = _held_start(text, markers)
+        cut = _held_start(text, markers, self.longest)
         self.held = text[cut:]
         return text[:cut], False
 
@@ -76,8 +97,10 @@ class TurnEnd:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._markers = _markers()
-        self._content = _Channel()
-        self._reasoning = _Channel()
+        longest = max(map(len, self._markers), default=0)
+        pattern = _pattern()
+        self._content = _Channel(longest, pattern)
+        self._reasoning = _Channel(longest, pattern)
         self._called = False
 
     def feed_text(self, text: str) -> bool:
