@@ -412,10 +412,14 @@ def validate(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
 
 
 def _is_type(value: Any, typ: str) -> bool:
+    return typ not in _JSON_TYPES or is_instance(value, typ)
+
+
+def is_instance(value: Any, typ: str) -> bool:
+    """``value`` (as JSON reads) is of the JSON Schema type ``typ``; False
+    for a name that is no JSON type (a bool is no integer or number)."""
     py = _JSON_TYPES.get(typ)
-    if py is None:
-        return True
-    if isinstance(value, bool) and typ in ("integer", "number"):
+    if py is None or (isinstance(value, bool) and typ in ("integer", "number")):
         return False
     return isinstance(value, py)
 

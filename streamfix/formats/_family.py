@@ -32,7 +32,7 @@ import orjson
 from ..jsoncodec import loads as _json
 from ..pycalls import read_calls
 from ..spec import ToolSpec
-from ..toolargs import call_node_args, schema_types
+from ..toolargs import call_node_args, is_instance, schema_types
 from .base import ABORT, UNREADABLE, Format, RawCall
 from .scan import Balanced, end_of_first
 
@@ -359,45 +359,34 @@ def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
     "object"]``) takes the JSON reading when it is one of those others
     (``{"a": 1}`` an object, ``7`` an integer), else the text as it stands
     (``2 dollars``), as llama.cpp's XML-call parsers do."""
-    prop = _prop(tools, name, key)
-    types = schema_types(prop) if prop is not None else frozenset()
-    if "string" in types and len(types) == 1:
-        return raw
-    try:
-        value = _json(raw)
-    except orjson.JSONDecodeError:
-        return raw
-    if "string" in types and (isinstance(value, str) or not _json_types(value) & types):
-        return raw
-    return value
+    return _typed(raw, _types(tools, name, key))
 
 
 def union_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:
     """``typed_value`` for a parameter that admits a string and other types
     (for formats that leave the rest to ``toolargs.coerce``); the text as it
     stands for any other."""
+    types = _types(tools, name, key)
+    return _typed(raw, types) if "string" in types and len(types) > 1 else raw
+
+
+def _types(tools: Mapping[str, ToolSpec], name: str, key: str) -> frozenset[str]:
     prop = _prop(tools, name, key)
-    types = schema_types(prop) if prop is not None else frozenset()
-    if "string" not in types or len(types) == 1:
+    return schema_types(prop) if prop is not None else frozenset()
+
+
+def _typed(raw: str, types: frozenset[str]) -> Any:
+    if types == {"string"}:
         return raw
-    return typed_value(raw, tools, name, key)
-
-
-def _json_types(value: Any) -> frozenset[str]:
-    """The JSON Schema types ``value`` is an instance of."""
-    if isinstance(value, bool):
-        return frozenset({"boolean"})
-    if isinstance(value, int):
-        return frozenset({"integer", "number"})
-    if isinstance(value, float):
-        return frozenset({"number"})
-    if isinstance(value, dict):
-        return frozenset({"object"})
-    if isinstance(value, list):
-        return frozenset({"array"})
-    if value is None:
-        return frozenset({"null"})
-    return frozenset({"string"})
+    try:
+        value = _json(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    if "string" in types and (
+        isinstance(value, str) or not any(is_instance(value, t) for t in types)
+    ):
+        return raw
+    return value
 
 
 def contiguous(
