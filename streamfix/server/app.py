@@ -32,6 +32,7 @@ from aiohttp import web
 
 from ..middleware import Handler
 from . import record
+from .access import AccessLog
 from .caller.guards import auth_mw, errors_mw
 from .config import ServerConfig
 from .proxy import PROXY, ConfigSource, Proxy
@@ -63,9 +64,11 @@ def run_options(config: ServerConfig) -> dict[str, Any]:
     own; its keep-alive timeout closes a connection on which no complete
     request has arrived in that time, the first included, so it is set to
     ``client_timeout`` (at most ``KEEPALIVE_TIMEOUT``). The body's time is
-    bounded by the handlers (``caller.validate.read_body``)."""
+    bounded by the handlers (``caller.validate.read_body``). The access
+    log's line is ``access.AccessLog``'s."""
     limit = config.client_timeout
     return {
+        "access_log_class": AccessLog,
         "handler_cancellation": True,
         "keepalive_timeout": min(limit, KEEPALIVE_TIMEOUT) if limit > 0 else KEEPALIVE_TIMEOUT,
         "lingering_time": LINGERING_TIME,
