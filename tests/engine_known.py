@@ -67,7 +67,6 @@ def _open(cls: str, detail: str) -> str:
     return f"open: {cls}: {detail}"
 
 
-_CALL_IN_REASONING = "call ends unclosed reasoning"
 _HARMONY = "harmony"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
@@ -112,12 +111,6 @@ KNOWN: dict[str, str] = {
     "sglang/pythonic-partial": _BLANK_BEFORE_CALL,
     "sglang/pythonic-partial-nested": _BLANK_BEFORE_CALL,
     # a call inside or ending unclosed reasoning
-    "llamacpp/kimi-k2-thinking-11": _open(
-        _CALL_IN_REASONING,
-        "Kimi K2 calls inside an unclosed <think>, no section or end markers: a call whose"
-        " <|tool_call_end|> is missing before the next <|tool_call_begin|> does not read, so only"
-        " the last call is lifted and the first stays in the reasoning",
-    ),
     # stray/nested think
     "lmdeploy/qwen3-mixed-chunks": (
         "better: whitespace: <think><think>… splits as the engine does (the doubled open"

@@ -60,9 +60,11 @@ async def test_nothing_made_when_info_is_off(caplog: pytest.LogCaptureFixture) -
         runner = await _serve(proxy_app(up.url), logger)
         port = runner.addresses[0][1]
         try:
-            async with aiohttp.ClientSession() as s:
-                async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
-                    await r.read()
+            async with (
+                aiohttp.ClientSession() as s,
+                s.get(f"http://127.0.0.1:{port}/healthz") as r,
+            ):
+                await r.read()
         finally:
             await runner.cleanup()
     assert not [r for r in caplog.records if r.name.startswith("streamfix.access")]

@@ -71,11 +71,18 @@ CALL_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
     "json": [(literal('"'), "str"), (literal(CALL_END), END)],
     "str": _IN_STRING,
 }
+#: A call's body within a region: as ``CALL_TABLE``, and a next call's
+#: ``<|tool_call_begin|>`` outside a string ends it too (the model left out
+#: ``<|tool_call_end|>``; llama.cpp's Kimi K2 tests read both calls).
+BODY_TABLE: dict[str, list[tuple[str, str]] | Peek] = {
+    **CALL_TABLE,
+    "json": [(literal('"'), "str"), (literal(CALL_END), END), (literal(CALL_BEGIN), END)],
+}
 
 
 def _bodies(region: str) -> list[str]:
     """The body of each call in a region, each call's end found by
-    ``CALL_TABLE`` (a ``<|tool_call_end|>`` in a string is text). Text
+    ``BODY_TABLE`` (a ``<|tool_call_end|>`` in a string is text). Text
     between calls is dropped (vLLM's Kimi K2 parser drops it too)."""
     bodies: list[str] = []
     pos = 0
@@ -84,14 +91,18 @@ def _bodies(region: str) -> list[str]:
         if start < 0:
             return bodies
         rest = region[start:]
-        end = Structural(len(CALL_BEGIN), "out", CALL_TABLE).feed(rest)
+        end = Structural(len(CALL_BEGIN), "out", BODY_TABLE).feed(rest)
         if end is None or end < 0:
             body = rest[len(CALL_BEGIN) :]
             for t in SECTION_END:
                 body = body.removesuffix(t)
             bodies.append(body)
             return bodies
-        bodies.append(rest[len(CALL_BEGIN) : end - len(CALL_END)])
+        if rest.startswith(CALL_BEGIN, end - len(CALL_BEGIN)):  # the next call began
+            end -= len(CALL_BEGIN)
+            bodies.append(rest[len(CALL_BEGIN) : end])
+        else:
+            bodies.append(rest[len(CALL_BEGIN) : end - len(CALL_END)])
         pos = start + end
 
 
