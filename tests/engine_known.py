@@ -230,7 +230,7 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
     "vllm/mistral-v11-complex-unclosed": _MISSING_BRACE,
     "vllm/kimi-k2-invalid-json-kept": _MISSING_BRACE,
     "vllm/kimi-k2-truncated": (
-        "better: a call cut by the token limit: '{\"city\": \"Bei' (the value itself cut) is"
+        'better: a call cut by the token limit: \'{"city": "Bei\' (the value itself cut) is'
         " not run with a guessed end; the proxy asks again with a larger allowance"
         " (truncated_call); vLLM passes the partial text on as arguments, which no client parses"
     ),
