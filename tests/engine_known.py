@@ -60,6 +60,14 @@ _MISSING_BRACE = (
     " the arguments, which no client parses"
 )
 
+_UNHELD = (
+    "better: streamed as it comes: with no thinking switch and a template that does not open"
+    " the reasoning (RWKV-7 without forced thinking, Gemma 4 without enable_thinking), text is"
+    " not held for a lone close that may come at the end: holding would delay every such reply"
+    " to its end; the lone close is stripped and the text is the answer, whole and streamed"
+    " alike (vLLM's own streamed Gemma 4 test gives the same; its whole parse splits)"
+)
+
 # --- open gaps, by class ----------------------------------------------------
 
 
@@ -332,19 +340,9 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     "vllm/cohere-citations-emoji": _open(
         "citations", "Cohere's <co>…</co: 0:[1]> citation markup is left in the text"
     ),
-    "vllm/rwkv-unforced-close": _open(
-        "unheld close",
-        "a reply that only closes reasoning, to a model not known to reason and no thinking"
-        " switch: its text was released as the answer before the close came",
-    ),
-    **{
-        f"vllm/gemma4-unopened-{name}": _open(
-            "unheld close",
-            "Gemma 4 with no thinking switch: no hold, so the text before a lone <channel|> was"
-            " released as the answer (as vLLM's own streamed parse of it; its whole parse splits)",
-        )
-        for name in ("simple", "complete")
-    },
+    "vllm/rwkv-unforced-close": _UNHELD,
+    "vllm/gemma4-unopened-simple": _UNHELD,
+    "vllm/gemma4-unopened-complete": _UNHELD,
     "vllm/kimi-k2-tool-section-ends-reasoning": _open(
         "unreadable call after reasoning",
         "'some reasoning<|tool_calls_section_begin|>tool call data' (prompt-opened reasoning then"
@@ -355,10 +353,10 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     # before it, the prompt-opened reasoning never closed and the turn ended
     # normally: it is the answer.
     "vllm/plamo3-eot-in-reasoning": _UNCLOSED_ANSWER,
-    "vllm/plamo3-off-prefix-suffix": _open(
-        "reasoning after text",
-        "thinking off, a PLaMo 3 reasoning pair after text: its tags are stripped and the"
-        " reasoning is left in the answer (vLLM keeps the raw text)",
+    "vllm/plamo3-off-prefix-suffix": (
+        "better: special tokens: thinking off, a PLaMo 3 reasoning pair after text: its tokens"
+        " are stripped and its text kept in the answer, as vLLM keeps it; vLLM also returns the"
+        " raw <|plamo:begin_think:plamo|> tokens to the client"
     ),
     "vllm/hcx14b-skip-no-boundary": _open(
         "whitespace", "HyperCLOVAX 14B with reasoning skipped: the template's leading newline stays"
