@@ -352,6 +352,24 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "reason",
         [],
     ),
+    # reasoning skipped: the template's newline begins the reply (vLLM
+    # test_hyperclovax_seed_think_14b_reasoning_parser.py)
+    (
+        "hyperclovax-14b-skipped-reasoning-newline",
+        "\nanswer",
+        req("naver-hyperclovax/HyperCLOVAX-SEED-Think-14B", thinking=False),
+        "answer",
+        "",
+        [],
+    ),
+    (
+        "leading-newline-kept-for-other-models",
+        "\nanswer",
+        req("Qwen/Qwen2.5-7B-Instruct", thinking=False),
+        "\nanswer",
+        "",
+        [],
+    ),
     (
         "slash-think-is-words-for-other-models",
         "/think\nabout it",

@@ -959,6 +959,12 @@ class ToolTagDetector:
                 return
             self.ctx.report.count("released.example_call")
             self._settle(out, lift=False)  # prose follows: they were examples
+        if self._leading and self._since_call:
+            # Blanks after a call (or stripped markup) that the reply
+            # starts with are layout: the content starts at its text.
+            text = text.lstrip()
+            if not text:
+                return
         out.append(text)
         self._note(text)
 
@@ -1257,6 +1263,7 @@ class ToolTagDetector:
         """The held unreadable regions (``_unread``) go out as text: the
         reply has something else, so it will not be asked again."""
         held, self._unread = self._unread, ""
+        self._since_call = False  # it was no call: its blanks are its text
         self.ctx.report.count("given_back.unreadable")
         self._release(out, held)
 
