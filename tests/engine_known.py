@@ -415,17 +415,6 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
     "vllm/internlm-surrounding-text": _B_LAYOUT_BEFORE_CALL
     + " ('Let me check the weather for you.' not '… you. ')",
     "vllm/phi4mini-surrounding-text": _B_TEXT_AROUND_KEPT,
-    "vllm/lfm2-empty-block": _open(
-        "empty call list",
-        "'<|tool_call_start|>[]<|tool_call_end|>' (no calls): the tokens are stripped and '[]'"
-        " is given back as the content; nothing should be shown",
-    ),
-    "vllm/lfm2-echoed-body": _open(
-        "echoed call",
-        "LFM2 writes the call body again after <|tool_call_end|>, capped by a second one: the"
-        " echo goes out as text (the tokens stripped); it should go with the call (a format's"
-        " closer_after sees only the marker, not the call's body)",
-    ),
     **{
         f"vllm/cohere-{cmd}-citations": _open(
             "citations",

@@ -258,6 +258,13 @@ class Format:
         call. Default: none."""
         return ""
 
+    def echo_after(self, region: str) -> str:
+        """The text a model of this family may write again right after the
+        call ``region`` (LFM2 repeats the call's body and its end token):
+        the detector drops it when it is, exactly, the next thing after
+        the call (blanks before it allowed). Default: none."""
+        return ""
+
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
         """At a ``length`` cut-off inside an unfinished region: was this a
         call (True: it is dropped as a cut-off call) or text (released)?"""
