@@ -124,12 +124,6 @@ KNOWN: dict[str, str] = {
         " the answer are trimmed (lmdeploy keeps them)"
     ),
     # harmony
-    "llamacpp/gpt-oss-12": _open(
-        _HARMONY, "'<|channel|>commentary to=assistant' before the analysis: the answer is lost"
-    ),
-    "llamacpp/gpt-oss-13": _open(
-        _HARMONY, "'commentary to=assistant' before the final channel: header words leak"
-    ),
     # argument types and text
     "mlx-lm/glm47-temperature-1": _open(
         _ARG_TYPES,

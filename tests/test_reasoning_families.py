@@ -425,6 +425,26 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "",
         [A1],
     ),
+    # a header to the assistant itself left without a message, the real
+    # header right after it (llama.cpp test-chat.cpp, gpt-oss)
+    (
+        "harmony-header-to-assistant-before-analysis",
+        "<|channel|>commentary to=assistant<|channel|>analysis<|message|>plan<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>42",
+        req("openai/gpt-oss-20b"),
+        "42",
+        "plan",
+        [],
+    ),
+    (
+        "harmony-header-to-assistant-before-final",
+        "<|channel|>analysis<|message|>plan<|end|><|start|>assistant"
+        "<|channel|>commentary to=assistant<|channel|>final<|message|>42",
+        req("openai/gpt-oss-20b"),
+        "42",
+        "plan",
+        [],
+    ),
     # analysis left unclosed: the next message's header ends it
     (
         "harmony-analysis-closed-by-final-header",
