@@ -51,6 +51,11 @@ _EMPTY_THINK = (
     "better: empty think pair: the model's own <think></think> after the prompt opened the"
     " reasoning is dropped; llama.cpp keeps '<think>' as the reasoning text"
 )
+_BLANK_AFTER_FIRST_CALL = (
+    "better: whitespace: the blanks between a call the reply starts with and the text after"
+    " it are layout, trimmed (the engine keeps them; a client would show a blank first line;"
+    " vLLM's own LFM2 parser strips them)"
+)
 
 _MISSING_BRACE = (
     "better: arguments missing their closing brace are no call (canitoolcall's strict check on"
@@ -79,9 +84,9 @@ _HARMONY = "harmony"
 _ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
-_TOKEN_BLANK = "blank after a removed token"
 
 KNOWN: dict[str, str] = {
+    "lmdeploy/llama3-text-after-call": _BLANK_AFTER_FIRST_CALL + " (' Done.')",
     # whitespace only
     "lmdeploy/glm47-reasoning-and-tool": _BLANKS,
     "lmdeploy/qwen3-ref-0": _BLANKS,
@@ -126,12 +131,6 @@ KNOWN: dict[str, str] = {
         " the answer are trimmed (lmdeploy keeps them)"
     ),
     # harmony
-    "llamacpp/gpt-oss-12": _open(
-        _HARMONY, "'<|channel|>commentary to=assistant' before the analysis: the answer is lost"
-    ),
-    "llamacpp/gpt-oss-13": _open(
-        _HARMONY, "'commentary to=assistant' before the final channel: header words leak"
-    ),
     # argument types and text
     "mlx-lm/glm47-temperature-1": _open(
         _ARG_TYPES,
@@ -206,6 +205,7 @@ _DS_TOKENS_SHOWN = (
 )
 
 KNOWN_VLLM_TOOLS: dict[str, str] = {
+    "vllm/mistral-pre-v11-trailing-data": _BLANK_AFTER_FIRST_CALL + " ('\\nextra trailing data')",
     "vllm/glm4-content-before": "better: whitespace: the space between the sentence and the"
     " <tool_call> is layout, trimmed ('… the weather.' not '… the weather. ')",
     "vllm/deepseekv32-content-before": "better: whitespace: the space between the sentence and"
@@ -230,11 +230,6 @@ KNOWN_VLLM_TOOLS: dict[str, str] = {
     "vllm/mistral-v11-without-args": _GIVEN_BACK
     + " (here '[TOOL_CALLS]toolname_no_args' with no arguments: 'toolname_no_args' is the"
     " text)",
-    "vllm/mistral-pre-v11-not-json": _open(
-        _TOKEN_BLANK,
-        "'[TOOL_CALLS] not json at all' gives back ' not json at all': the blank after the"
-        " removed token is kept",
-    ),
     "vllm/mistral-v11-complex-unclosed": _MISSING_BRACE,
     "vllm/kimi-k2-invalid-json-kept": _MISSING_BRACE,
     "vllm/kimi-k2-truncated": (
@@ -358,9 +353,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         " are stripped and its text kept in the answer, as vLLM keeps it; vLLM also returns the"
         " raw <|plamo:begin_think:plamo|> tokens to the client"
     ),
-    "vllm/hcx14b-skip-no-boundary": _open(
-        "whitespace", "HyperCLOVAX 14B with reasoning skipped: the template's leading newline stays"
-    ),
 }
 
 KNOWN.update(KNOWN_VLLM_REASONING)
@@ -377,23 +369,18 @@ _B_LAYOUT_BEFORE_CALL = (
 )
 _B_TEXT_AFTER_KEPT = (
     "better: text after a call: the text the model wrote after the call markup is kept as"
-    " content (verbatim, its leading newline too); the engine drops it"
+    " content (the blanks between the call and it dropped when the call starts the reply); the"
+    " engine drops it"
 )
 _B_TEXT_AROUND_KEPT = (
     "better: text around a call: the sentences before and after the call markup are kept as"
     " content; the engine drops them (content None)"
 )
-_B_BLANK_AFTER_CALL = "blank after a call"
 
 KNOWN_VLLM_TOOLS_B: dict[str, str] = {
     "vllm/hunyuan-content-before": _B_LAYOUT_BEFORE_CALL
     + " ('I will call the tool now.' not '… now. ')",
-    "vllm/hunyuan-content-after": _B_TEXT_AFTER_KEPT + " (content '\\nThank you!')",
-    "vllm/hunyuan-answer-close": _open(
-        _TOKEN_BLANK,
-        "'…</tool_calls>\\n</answer>': the unmatched </answer> is stripped after the call, the"
-        " newline before it is left as the content",
-    ),
+    "vllm/hunyuan-content-after": _B_TEXT_AFTER_KEPT + " (content 'Thank you!')",
     "vllm/granite-not-an-array": (
         'better: a lone object after <|tool_call|>: \'<|tool_call|> {"name": "func", …}\' (no'
         " list around the call) is lifted, the token says it is a call; vLLM's Granite parser"
@@ -412,22 +399,6 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
     "vllm/internlm-surrounding-text": _B_LAYOUT_BEFORE_CALL
     + " ('Let me check the weather for you.' not '… you. ')",
     "vllm/phi4mini-surrounding-text": _B_TEXT_AROUND_KEPT,
-    "vllm/lfm2-content-after": _open(
-        _B_BLANK_AFTER_CALL,
-        "the newline between <|tool_call_end|> and the text after it stays at the head of the"
-        " content ('\\nChecking …'); vLLM strips it",
-    ),
-    "vllm/lfm2-empty-block": _open(
-        "empty call list",
-        "'<|tool_call_start|>[]<|tool_call_end|>' (no calls): the tokens are stripped and '[]'"
-        " is given back as the content; nothing should be shown",
-    ),
-    "vllm/lfm2-echoed-body": _open(
-        "echoed call",
-        "LFM2 writes the call body again after <|tool_call_end|>, capped by a second one: the"
-        " echo goes out as text (the tokens stripped); it should go with the call (a format's"
-        " closer_after sees only the marker, not the call's body)",
-    ),
     **{
         f"vllm/cohere-{cmd}-citations": _open(
             "citations",

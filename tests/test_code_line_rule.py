@@ -77,7 +77,7 @@ def test_prose_after_further_calls_makes_them_all_examples() -> None:
 
 def test_wrapped_calls_are_unaffected() -> None:
     got = check_split_invariant(WRAPPED_THEN_PROSE, REQUEST)
-    assert got == ("\nRunning it now.", "", [("Bash", {"command": "ls"})], "tool_calls")
+    assert got == ("Running it now.", "", [("Bash", {"command": "ls"})], "tool_calls")
     # a wrapped call after an example is still a call, the example stays text
     text = EXAMPLE + "\n" + WRAPPED_THEN_PROSE
     content, _, calls, _ = check_split_invariant(text, REQUEST)

@@ -245,6 +245,24 @@ def test_held_unreadable_region_is_given_back_when_the_reply_has_more() -> None:
         assert report.counts["given_back.unreadable"] == 1
 
 
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        # the reply starts with the call: the blanks after it are layout
+        # (vLLM test_lfm2_tool_parser.py test_tool_call)
+        ("<tool_call>" + LO + "</tool_call>\n\nChecking now.", "Checking now."),
+        # and so is a blank left before stripped markup (the Hunyuan A13B
+        # ``</answer>``: vLLM test_hunyuan_a13b_tool_parser.py)
+        ("<tool_call>" + LO + "</tool_call>\n</answer>", ""),
+        # text before the call: the blanks after it join the two
+        ("Sure.\n<tool_call>" + LO + "</tool_call>\nChecking now.", "Sure.\nChecking now."),
+    ],
+)
+def test_blanks_after_the_call_the_reply_starts_with(text: str, content: str) -> None:
+    got = check_split_invariant(text)
+    assert got == (content, "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")
+
+
 def test_unfinished_bare_candidate_without_length_is_text() -> None:
     text = '{"name": "lookup_order", "arguments": {"order_'
     assert check_split_invariant(text) == (text, "", [], "stop")
@@ -258,7 +276,8 @@ def test_cut_off_prose_json_is_text() -> None:
 def test_complete_call_then_cut_off_text() -> None:
     text = "<tool_call>" + LO + "</tool_call>\nAnd then I will"
     got = check_split_invariant(text, finish="length")
-    assert got == ("\nAnd then I will", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")
+    # The blank between the call the reply starts with and the text is layout.
+    assert got == ("And then I will", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")
 
 
 # -- bounds ------------------------------------------------------------------
@@ -574,9 +593,10 @@ _A1 = ("lookup_order", {"order_id": "A-1"})
             "",
             [_A1, ("lookup_order", {"order_id": "B-2"})],
         ),
-        # Not the closer: the text after the call stays.
-        (_BARE_FN + "\nDone.", "\nDone.", [_A1]),
-        (_BARE_FN + "\n</tool_c Done.", "\n</tool_c Done.", [_A1]),
+        # Not the closer: the text after the call stays (without the
+        # blank: layout after the call the reply starts with).
+        (_BARE_FN + "\nDone.", "Done.", [_A1]),
+        (_BARE_FN + "\n</tool_c Done.", "</tool_c Done.", [_A1]),
     ],
 )
 def test_stray_closer_after_a_bare_function_goes_with_its_blanks(

@@ -175,7 +175,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "<tool_call>\n<function=create_ticket>\n<parameter=title>\nClose with </parameter>, "
         "</function> then </tool_call>; open with <parameter=x>.\n</parameter>\n"
         "<parameter=priority>\n2\n</parameter>\n</function>\n</tool_call> Done.",
-        " Done.",
+        "Done.",
         [
             (
                 "create_ticket",
@@ -191,7 +191,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
         "qwen-xml-bare-function-close-inside-a-value",
         "<function=create_ticket>\n<parameter=title>\nend it with </function>\n</parameter>\n"
         "</function> Done.",
-        " Done.",
+        "Done.",
         [("create_ticket", {"title": "end it with </function>"})],
     ),
     # --- bare JSON
@@ -235,7 +235,7 @@ CASES: list[tuple[str, str, str, Calls]] = [
     (
         "bare-json-then-text",
         '{"name": "refresh_cache", "arguments": {}}\nCache refreshed.',
-        "\nCache refreshed.",
+        "Cache refreshed.",
         [("refresh_cache", {})],
     ),
     (

@@ -352,6 +352,24 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "reason",
         [],
     ),
+    # reasoning skipped: the template's newline begins the reply (vLLM
+    # test_hyperclovax_seed_think_14b_reasoning_parser.py)
+    (
+        "hyperclovax-14b-skipped-reasoning-newline",
+        "\nanswer",
+        req("naver-hyperclovax/HyperCLOVAX-SEED-Think-14B", thinking=False),
+        "answer",
+        "",
+        [],
+    ),
+    (
+        "leading-newline-kept-for-other-models",
+        "\nanswer",
+        req("Qwen/Qwen2.5-7B-Instruct", thinking=False),
+        "\nanswer",
+        "",
+        [],
+    ),
     (
         "slash-think-is-words-for-other-models",
         "/think\nabout it",
@@ -406,6 +424,26 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "Let me look.",
         "",
         [A1],
+    ),
+    # a header to the assistant itself left without a message, the real
+    # header right after it (llama.cpp test-chat.cpp, gpt-oss)
+    (
+        "harmony-header-to-assistant-before-analysis",
+        "<|channel|>commentary to=assistant<|channel|>analysis<|message|>plan<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>42",
+        req("openai/gpt-oss-20b"),
+        "42",
+        "plan",
+        [],
+    ),
+    (
+        "harmony-header-to-assistant-before-final",
+        "<|channel|>analysis<|message|>plan<|end|><|start|>assistant"
+        "<|channel|>commentary to=assistant<|channel|>final<|message|>42",
+        req("openai/gpt-oss-20b"),
+        "42",
+        "plan",
+        [],
     ),
     # analysis left unclosed: the next message's header ends it
     (

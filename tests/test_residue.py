@@ -64,7 +64,7 @@ STRIPPED: list[tuple[str, str, str, str]] = [
     ("eos", "All done.</s>", "All done.", "special_token"),
     ("gemma", "Fine.<end_of_turn>", "Fine.", "special_token"),
     ("closing tool_call", "Here you go.</tool_call>", "Here you go.", "wrapper_tag"),
-    ("closing tool_calls", "</tool_calls> rest", " rest", "wrapper_tag"),
+    ("closing tool_calls", "</tool_calls> rest", "rest", "wrapper_tag"),  # its blank: layout
     ("closing function_call", "x</function_call>", "x", "wrapper_tag"),
     ("closing tools", "x</tools>", "x", "wrapper_tag"),
     ("closing function", "x\n</function>\n", "x\n\n", "wrapper_tag"),
@@ -88,6 +88,19 @@ STRIPPED: list[tuple[str, str, str, str]] = [
     ("closing nemotron", "ok</TOOLCALL>", "ok", "wrapper_tag"),
     ("minimax arrow close", "ok[/TOOL_CALL]", "ok", "special_token"),
 ]
+
+
+def test_blanks_after_markup_the_content_starts_with_are_layout() -> None:
+    """``[TOOL_CALLS] not json at all`` (vLLM test_mistral_tool_parser.py):
+    the token goes, and the blank after it; later blanks are text."""
+    text = "[TOOL_CALLS]  not json [TOOL_CALLS] at all"
+    for i in range(len(text) + 1):
+        out, _ = _strip([text[:i], text[i:]])
+        assert out == "not json  at all", f"split at {i}"
+    out, _ = _strip(list(text))
+    assert out == "not json  at all"
+    out, _ = _strip(["Hi ", "[TOOL_CALLS] there"])
+    assert out == "Hi  there"
 
 
 @pytest.mark.parametrize(("name", "text", "want", "kind"), STRIPPED, ids=[x[0] for x in STRIPPED])

@@ -106,6 +106,10 @@ class Reasoning:
       never hold calls: after one of their headers, JSON, a fence or a
       line of code is the answer, not a call (the detector lifts only the
       family's own call syntax there);
+    - ``blank_first``: the template ends the prompt with a blank the
+      model's reply then begins with when it skips the reasoning
+      (HyperCLOVA X 14B's ``\n`` with thinking off): the blanks that begin
+      a reply with no markup at its start are layout, dropped;
     - ``models``: regular expressions (case-insensitive, no groups) of the
       models whose replies use this markup, when it is words other replies
       may start with (Granite's "Here is my thought process:"): it then
@@ -122,6 +126,7 @@ class Reasoning:
     prefilled: bool = False
     repeats: bool = False
     calls_apart: bool = False
+    blank_first: bool = False
     models: tuple[str, ...] = ()
 
 
@@ -251,6 +256,13 @@ class Format:
         ``</tool_call>`` after a bare ``<function=…>``): the detector drops
         it, with the blanks before it, when it is the next thing after the
         call. Default: none."""
+        return ""
+
+    def echo_after(self, region: str) -> str:
+        """The text a model of this family may write again right after the
+        call ``region`` (LFM2 repeats the call's body and its end token):
+        the detector drops it when it is, exactly, the next thing after
+        the call (blanks before it allowed). Default: none."""
         return ""
 
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:

@@ -176,12 +176,18 @@ FORMATS: list[Format] = [Harmony(), HarmonyBuiltin()]
 # no recipient is a preamble the user sees (content); one addressed
 # ``to=functions.NAME`` is a call (``Harmony`` above). The first message's
 # ``<|start|>assistant`` is in the prompt; later ones repeat it.
+#: A header addressed to the assistant itself and left without a message,
+#: the real header right after it (llama.cpp's gpt-oss tests): debris, and
+#: the header after it counts as it would alone.
+_TO_SELF = "<|channel|>commentary to=assistant"
+
 REASONING: list[Reasoning] = [
     Reasoning(
         "harmony",
         opens=_spelled(
             "<|channel|>analysis<|message|>",
             "<|start|>assistant<|channel|>analysis<|message|>",
+            _TO_SELF + "<|channel|>analysis<|message|>",
         ),
         # The next message's header ends one too when the model left out
         # <|end|> (llama.cpp's gpt-oss parser reads it so).
@@ -193,6 +199,8 @@ REASONING: list[Reasoning] = [
         answer=_spelled(
             "<|channel|>final<|message|>",
             "<|start|>assistant<|channel|>final<|message|>",
+            _TO_SELF + "<|channel|>final<|message|>",
+            "<|start|>assistant" + _TO_SELF + "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
             "<|start|>assistant<|channel|>commentary<|message|>",
         ),
@@ -201,6 +209,8 @@ REASONING: list[Reasoning] = [
         leading=_spelled(
             "<|channel|>analysis<|message|>",
             "<|channel|>final<|message|>",
+            _TO_SELF + "<|channel|>analysis<|message|>",
+            _TO_SELF + "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
         ),
         repeats=True,

@@ -28,6 +28,14 @@ class Lfm2(Format):
     def end_finder(self, marker: str) -> EndFinder:
         return UntilMarker(CLOSE, skip=len(marker))
 
+    def echo_after(self, region: str) -> str:
+        # LFM2 may write the call's body again after <|tool_call_end|>,
+        # capped by a second one (vLLM test_lfm2_tool_parser.py,
+        # test_echoed_tool_call_body_not_leaked_to_content).
+        if region.startswith(OPEN) and region.endswith(CLOSE):
+            return region[len(OPEN) :]
+        return ""
+
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):
             return None

@@ -124,8 +124,10 @@ _SENTENCE_END = ".:!?。：！？"
 FENCE_SHUT = "```"
 
 
-#: A region of markup alone (an empty wrapper): nothing in it to give back.
-_MARKUP_ONLY = re.compile(r"(?:\s|<[^<>]*>|\[/?[A-Z_]+\])*")
+#: A region of markup alone (an empty wrapper, or one around an empty call
+#: list: LFM2's ``<|tool_call_start|>[]<|tool_call_end|>``, vLLM
+#: ``test_lfm2_tool_parser.py``): nothing in it to give back.
+_MARKUP_ONLY = re.compile(r"(?:\s|<[^<>]*>|\[/?[A-Z_]+\]|\[\s*\])*")
 
 
 def _layout_after(before: str) -> bool:
@@ -559,6 +561,9 @@ class ToolTagDetector:
         "_closer",
         "_code",
         "_discard",
+        "_echo",
+        "_echo_got",
+        "_echo_held",
         "_finder",
         "_fmts",
         "_gap",
@@ -641,6 +646,12 @@ class ToolTagDetector:
         #: The stray closing token that may follow the last call
         #: (``Format.closer_after``) until the next text shows it is not.
         self._closer = ""
+        #: The last call written again that may follow it
+        #: (``Format.echo_after``), how much of it has come (``_echo_got``)
+        #: and the text held meanwhile (its blanks before it, then it).
+        self._echo = ""
+        self._echo_got = 0
+        self._echo_held: list[str] = []
 
     def watch_answer(self, answer: Callable[[], bool]) -> None:
         """Ask ``answer`` (the reasoning splitter's, which runs before us)
@@ -838,6 +849,8 @@ class ToolTagDetector:
         while s is not None:
             if self._finder is not None:
                 s = self._in_region(s, out, final, length)
+            elif self._echo:
+                s = self._in_echo(s, final)
             elif self._opaque is not None:
                 e = self._opaque.feed(s)
                 if e is None or e < 0:
@@ -872,6 +885,7 @@ class ToolTagDetector:
             or self._pending
             or self._unread
             or self._closer
+            or self._echo
         )
         return out
 
@@ -908,6 +922,36 @@ class ToolTagDetector:
             return None
         self._hold(s, len(s) if hit is None else hit[0], out)
         return None
+
+    def _in_echo(self, s: str, final: bool) -> str | None:
+        """After a call its format says the model may write again
+        (``Format.echo_after``): held while the text is that echo, after
+        at most ``MAX_GAP_WS`` blanks; dropped whole once it is (counted
+        ``stripped.echoed_call``), the rest scanned on. Anything else
+        sends all held back to the scan as text. Each piece is compared
+        once (O(delta))."""
+        echo, got, held = self._echo, self._echo_got, self._echo_held
+        i = 0
+        if got == 0:
+            i = len(s) - len(s.lstrip())
+            if sum(map(len, held)) + i > MAX_GAP_WS:
+                return self._echo_fails(s)
+        n = min(len(s) - i, len(echo) - got)
+        if s[i : i + n] != echo[got : got + n]:
+            return self._echo_fails(s)
+        held.append(s[: i + n])
+        self._echo_got = got + n
+        if self._echo_got == len(echo):
+            self._echo, self._echo_got, self._echo_held = "", 0, []
+            self.ctx.report.count("stripped.echoed_call")
+            return s[i + n :] or None
+        return self._echo_fails("") if final else None
+
+    def _echo_fails(self, s: str) -> str | None:
+        """Not the echo: the held text, then ``s``, are scanned as text."""
+        text = "".join(self._echo_held) + s
+        self._echo, self._echo_got, self._echo_held = "", 0, []
+        return text or None
 
     def _after_closer(self, s: str, final: bool) -> str | None:
         """``s`` without the stray closer (and the blanks before it) that
@@ -959,6 +1003,12 @@ class ToolTagDetector:
                 return
             self.ctx.report.count("released.example_call")
             self._settle(out, lift=False)  # prose follows: they were examples
+        if self._leading and self._since_call:
+            # Blanks after a call (or stripped markup) that the reply
+            # starts with are layout: the content starts at its text.
+            text = text.lstrip()
+            if not text:
+                return
         out.append(text)
         self._note(text)
 
@@ -1151,6 +1201,7 @@ class ToolTagDetector:
                         self._add(c)
                     self._lifted += len(calls)
                 self._closer = fmt.closer_after(self._marker)
+                self._echo = fmt.echo_after(region)
                 self._since_call = True
                 self._prev = ""
                 self._line_blank = True
@@ -1257,6 +1308,7 @@ class ToolTagDetector:
         """The held unreadable regions (``_unread``) go out as text: the
         reply has something else, so it will not be asked again."""
         held, self._unread = self._unread, ""
+        self._since_call = False  # it was no call: its blanks are its text
         self.ctx.report.count("given_back.unreadable")
         self._release(out, held)
 

@@ -157,6 +157,9 @@ class _Markup:
     ends: _Table | None
     #: Blanks right before an answer end.
     blank_ends: re.Pattern[str] | None
+    #: The blanks that begin a reply with no markup at its start are
+    #: layout (``Reasoning.blank_first``).
+    blank_first: bool
 
 
 def _markers_of(r: Reasoning) -> set[str]:
@@ -226,6 +229,7 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
         calls=call_table,
         ends=_Table.of(ends) if ends else None,
         blank_ends=re.compile(r"\s+(?=" + _alternation(ends).pattern + ")") if ends else None,
+        blank_first=any(r.blank_first for r in families),
     )
 
 
@@ -355,7 +359,7 @@ class ReasoningSplitter:
             first = text.lstrip()[:1]
             if not first or self._m.start.first.match(first):
                 return False
-            self._to_text(lead=False)
+            self._to_text(lead=self._m.blank_first)
         if self._state != _TEXT or self._held or self._lead or self._ends or "<" in text:
             return False
         self._code.note(text)
@@ -554,7 +558,7 @@ class ReasoningSplitter:
             self._reasoning(s, reasoning)
             self._to_text(lead=True)
             return ""
-        self._to_text(lead=False)
+        self._to_text(lead=self._m.blank_first)
         return s
 
     def _start_drafting(

@@ -153,6 +153,8 @@ class ResidueStripper:
         "_line_head",
         "_opened",
         "_saw_output",
+        "_trim",
+        "_trim_from",
         "_unsettled",
         "ctx",
     )
@@ -166,6 +168,11 @@ class ResidueStripper:
         self._last = ""  # the last character released
         self._opened: dict[str, int] = {}  # wrapper tags opened and kept
         self._saw_output = False
+        #: Markup stripped with nothing visible before it: the blanks after
+        #: it are layout, dropped until the text (``_trim_from``: from which
+        #: piece of the scan's output on).
+        self._trim = False
+        self._trim_from = 0
         #: Text released on the plain-text lane and not yet taken into
         #: ``_line_head``/``_last``/``_saw_output`` (done when next needed,
         #: or every ``MAX_UNSETTLED`` pieces, so the lane stays cheap).
@@ -187,7 +194,7 @@ class ResidueStripper:
         """The plain-text lane (``delta.TextLane``): True, with the text
         taken in, when it cannot concern us (nothing held, no ``<``, ``[``
         or backtick); else False, having changed nothing."""
-        if self._held or "<" in text or "[" in text or "`" in text:
+        if self._held or self._trim or "<" in text or "[" in text or "`" in text:
             return False  # (``_TRIGGER``, spelled out: cheaper per chunk)
         pending = self._unsettled
         pending.append(text)
@@ -220,14 +227,25 @@ class ResidueStripper:
         if d.calls:
             self._saw_output = True
         c = d.content
-        if not self._held and (not c or _TRIGGER.search(c) is None):
+        if not self._held and not self._trim and (not c or _TRIGGER.search(c) is None):
             if c:
                 self._released(c)
             return
         out = self._scan(self._held + (c or ""), final)
+        if self._trim:
+            out = self._trimmed(out)
         self._released(out)
         if out or c is not None:
             d.content = out
+
+    def _trimmed(self, out: str) -> str:
+        """``out`` without the blanks that follow markup the content starts
+        with (``_trim``); the first text ends the trimming."""
+        head, tail = out[: self._trim_from], out[self._trim_from :].lstrip()
+        self._trim_from = 0
+        if tail:
+            self._trim = False
+        return head + tail
 
     def _released(self, text: str) -> None:
         if not text:
@@ -339,6 +357,10 @@ class ResidueStripper:
                     return "".join(out)
             out.append(text[pos:i])
             pos = end
+            if not self._saw_output and not self._trim:
+                sofar = "".join(out)
+                if _NON_WS.search(sofar) is None:
+                    self._trim, self._trim_from = True, len(sofar)
             self._count(kind)
             self.ctx.report.handled(m.group())  # stripped: not unrecognised
         if not final:
