@@ -137,10 +137,6 @@ KNOWN: dict[str, str] = {
     "sglang/qwen3-coder-indented-two-calls-text-between": _open(
         _ARG_TEXT, "as sglang/qwen3-coder-indented-xml"
     ),
-    "llamacpp/seed-oss-6": _open(
-        _ARG_TEXT,
-        "Seed-OSS value with no newline after <parameter=…>: its own final newline is stripped",
-    ),
     # formats not known
     "llamacpp/functionary-v3.2-1": _open(
         _NEW_FORMAT, "Functionary v3.2 recipient format ('all\\n' + answer)"
