@@ -129,13 +129,9 @@ KNOWN: dict[str, str] = {
         _ARG_TYPES,
         "<arg_value>\"London\"</arg_value> for a 'str' parameter keeps the JSON quotes",
     ),
-    "sglang/qwen3-coder-indented-xml": _open(
-        _ARG_TEXT,
-        "indented <parameter=…> values keep their indentation and newlines ('        Dallas\\n"
-        "        ')",
-    ),
-    "sglang/qwen3-coder-indented-two-calls-text-between": _open(
-        _ARG_TEXT, "as sglang/qwen3-coder-indented-xml"
+    "sglang/qwen3-coder-indented-two-calls-text-between": (
+        "better: whitespace: the text between two indented calls loses the blanks around it"
+        " ('Some text in between.'; SGLang keeps the newline and the markup's indentation)"
     ),
     # formats not known
     "llamacpp/functionary-v3.2-1": _open(

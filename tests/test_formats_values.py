@@ -33,3 +33,21 @@ def test_seed_oss_code_value_keeps_its_final_newline() -> None:
         "filename": "foo.cpp",
         "newString": 'def foo(arg = "15"):\n    pass\n',
     }
+
+
+def test_indented_qwen3_coder_markup_indents_no_value() -> None:
+    """SGLang's Qwen3-Coder tests indent the whole call: that indentation is
+    layout on each line of a value; the value's own indentation stays."""
+    from streamfix.formats.qwen_xml import xml_calls
+
+    body = (
+        "\n        <function=edit>\n        <parameter=city>\n        Dallas\n"
+        "        </parameter>\n        <parameter=code>\n        if x:\n"
+        "            y()\n        </parameter>\n        </function>\n        "
+    )
+    calls = xml_calls(body)
+    assert calls is not None
+    assert calls[0].arguments == {"city": "Dallas", "code": "if x:\n    y()"}
+    # markup not indented: the value's indentation is its own
+    calls = xml_calls("<function=edit>\n<parameter=code>\n    y()\n</parameter>\n</function>")
+    assert calls is not None and calls[0].arguments == {"code": "    y()"}
