@@ -66,7 +66,6 @@ def _open(cls: str, detail: str) -> str:
 
 _CALL_IN_REASONING = "call ends unclosed reasoning"
 _HARMONY = "harmony"
-_ARG_TYPES = "argument types from the schema"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
 _UNCLOSED_AT_END = "unclosed call at the end"
@@ -125,9 +124,11 @@ KNOWN: dict[str, str] = {
     ),
     # harmony
     # argument types and text
-    "mlx-lm/glm47-temperature-1": _open(
-        _ARG_TYPES,
-        "<arg_value>\"London\"</arg_value> for a 'str' parameter keeps the JSON quotes",
+    "mlx-lm/glm47-temperature-1": (
+        "better: a string parameter keeps its text: GLM's template writes a string value raw,"
+        " so <arg_value>\"London\"</arg_value> for a 'string' parameter is the text with its"
+        " quotes (an exact-phrase query is written so); mlx-lm decodes every value as JSON,"
+        " which would strip such quotes (vLLM's GLM parser keeps a string parameter's text)"
     ),
     "sglang/qwen3-coder-indented-two-calls-text-between": (
         "better: whitespace: the text between two indented calls loses the blanks around it"
@@ -439,7 +440,10 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
     "vllm/gptoss-multiple-tools": _open(
         _HARMONY,
         "a message to a function whose body is not JSON ('foo') is given back with its header"
-        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
+        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments"
+        " (not JSON: a client cannot use them, so not lifted, as _NOT_AN_OBJECT); what is left"
+        " is to give back the body alone, which needs the region to run to <|call|>/<|end|>"
+        " without swallowing the next message's <|start|>",
     ),
 }
 
