@@ -65,7 +65,6 @@ def _open(cls: str, detail: str) -> str:
 
 
 _CALL_IN_REASONING = "call ends unclosed reasoning"
-_HARMONY = "harmony"
 _ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
 _UNCLOSED_AT_END = "unclosed call at the end"
@@ -437,13 +436,10 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
         " JSON object spread over lines is lifted; vLLM reads one object per line, finds none and"
         " returns an empty reply (no call, no content)"
     ),
-    "vllm/gptoss-multiple-tools": _open(
-        _HARMONY,
-        "a message to a function whose body is not JSON ('foo') is given back with its header"
-        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments"
-        " (not JSON: a client cannot use them, so not lifted, as _NOT_AN_OBJECT); what is left"
-        " is to give back the body alone, which needs the region to run to <|call|>/<|end|>"
-        " without swallowing the next message's <|start|>",
+    "vllm/gptoss-multiple-tools": (
+        "better: arguments not JSON: a Harmony message to a function whose body is not JSON"
+        " ('foo') is not lifted (a client cannot parse such arguments) and goes out as its body"
+        " ('foo', the header being markup); vLLM lifts it with 'foo' as the arguments"
     ),
 }
 
