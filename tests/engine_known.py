@@ -80,9 +80,6 @@ def _open(cls: str, detail: str) -> str:
     return f"open: {cls}: {detail}"
 
 
-_HARMONY = "harmony"
-_ARG_TYPES = "argument types from the schema"
-_ARG_TEXT = "argument text"
 _NEW_FORMAT = "format not known"
 
 KNOWN: dict[str, str] = {
@@ -132,21 +129,15 @@ KNOWN: dict[str, str] = {
     ),
     # harmony
     # argument types and text
-    "mlx-lm/glm47-temperature-1": _open(
-        _ARG_TYPES,
-        "<arg_value>\"London\"</arg_value> for a 'str' parameter keeps the JSON quotes",
+    "mlx-lm/glm47-temperature-1": (
+        "better: a string parameter keeps its text: GLM's template writes a string value raw,"
+        " so <arg_value>\"London\"</arg_value> for a 'string' parameter is the text with its"
+        " quotes (an exact-phrase query is written so); mlx-lm decodes every value as JSON,"
+        " which would strip such quotes (vLLM's GLM parser keeps a string parameter's text)"
     ),
-    "sglang/qwen3-coder-indented-xml": _open(
-        _ARG_TEXT,
-        "indented <parameter=…> values keep their indentation and newlines ('        Dallas\\n"
-        "        ')",
-    ),
-    "sglang/qwen3-coder-indented-two-calls-text-between": _open(
-        _ARG_TEXT, "as sglang/qwen3-coder-indented-xml"
-    ),
-    "llamacpp/seed-oss-6": _open(
-        _ARG_TEXT,
-        "Seed-OSS value with no newline after <parameter=…>: its own final newline is stripped",
+    "sglang/qwen3-coder-indented-two-calls-text-between": (
+        "better: whitespace: the text between two indented calls loses the blanks around it"
+        " ('Some text in between.'; SGLang keeps the newline and the markup's indentation)"
     ),
     # formats not known
     "llamacpp/functionary-v3.2-1": _open(
@@ -434,10 +425,10 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
         " JSON object spread over lines is lifted; vLLM reads one object per line, finds none and"
         " returns an empty reply (no call, no content)"
     ),
-    "vllm/gptoss-multiple-tools": _open(
-        _HARMONY,
-        "a message to a function whose body is not JSON ('foo') is given back with its header"
-        " words ('assistant to=functions.…commentaryfoo'); vLLM passes 'foo' on as the arguments",
+    "vllm/gptoss-multiple-tools": (
+        "better: arguments not JSON: a Harmony message to a function whose body is not JSON"
+        " ('foo') is not lifted (a client cannot parse such arguments) and goes out as its body"
+        " ('foo', the header being markup); vLLM lifts it with 'foo' as the arguments"
     ),
 }
 

@@ -329,11 +329,15 @@ def strip_trailer(s: str, *tokens: str) -> str:
 
 def strip_value(v: str) -> str:
     """An XML parameter value without the single newline that templates put
-    after the opening and before the closing tag."""
+    after the opening and before the closing tag. A value written right
+    after its opening tag keeps its last newline: that layout was not used
+    (llama.cpp's Seed-OSS tests: code ending in a newline)."""
     if v.startswith("\r\n"):
         v = v[2:]
     elif v.startswith("\n"):
         v = v[1:]
+    elif v.strip():
+        return v
     if v.endswith("\r\n"):
         v = v[:-2]
     elif v.endswith("\n"):

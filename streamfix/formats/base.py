@@ -258,6 +258,12 @@ class Format:
         call. Default: none."""
         return ""
 
+    def given_back(self, region: str) -> str:
+        """The text a recognised region in which nothing reads goes out as
+        (``given_back.unreadable``). Default: the region as written; a
+        family whose header is all markup gives back the body."""
+        return region
+
     def echo_after(self, region: str) -> str:
         """The text a model of this family may write again right after the
         call ``region`` (LFM2 repeats the call's body and its end token):

@@ -68,6 +68,38 @@ _BUILTINS = ("python", "browser.", "container.")
 _BUILTIN = re.compile(r"(?:python|browser\.\w+|container\.\w+)\Z")
 
 
+#: The tokens a body that is not JSON may meet: its close (``<|call|>``,
+#: ``<|end|>``), or another header's token (then it was no call: text).
+_TEXT_TOKENS = re.compile(r"<\|(call|end|start|channel|message)\|>")
+_TEXT_TAIL = len("<|channel|>") - 1
+#: The most of a body that is not JSON held while its close may come.
+MAX_TEXT_BODY = 4096
+
+
+class _TextBody:
+    """A message body that is not JSON (``<|message|>foo<|call|>``): it ends
+    just after its ``<|call|>`` or ``<|end|>``; another header's token first,
+    or ``MAX_TEXT_BODY`` characters without a close, make it text (ABORT).
+    Each piece is scanned once (plus a token's length)."""
+
+    __slots__ = ("_seen", "_tail")
+
+    def __init__(self) -> None:
+        self._tail = ""
+        self._seen = 0
+
+    def feed(self, text: str) -> int | None:
+        s = self._tail + text
+        m = _TEXT_TOKENS.search(s)
+        if m is not None:
+            return m.end() - len(self._tail) if m.group(1) in ("call", "end") else ABORT
+        self._seen += len(text)
+        if self._seen > MAX_TEXT_BODY:
+            return ABORT
+        self._tail = s[-_TEXT_TAIL:]
+        return None
+
+
 class _CallFinder:
     """The header up to ``<|message|>``, then the body: a JSON value and
     an optional ``<|call|>``/``<|end|>``, or, when the first character after
@@ -78,12 +110,12 @@ class _CallFinder:
 
     def __init__(self, skip: int) -> None:
         self._head: Steps | None = Steps(skip, Until(MESSAGE, limit=MAX_HEADER_CHARS))
-        self._body: Steps | None = None
+        self._body: Steps | _TextBody | None = None
 
     @property
     def complete(self) -> bool:
         """Only an optional closing token is still awaited (``Steps.complete``)."""
-        return self._body is not None and self._body.complete
+        return isinstance(self._body, Steps) and self._body.complete
 
     def feed(self, text: str) -> int | None:
         i = 0
@@ -100,8 +132,10 @@ class _CallFinder:
                 return None
             if text[i] == "<":
                 self._body = Steps(0, Until(CALL, END, limit=len(CALL)))
-            else:
+            elif text[i] in "{[":
                 self._body = Steps(0, Json("{["), Opt(CALL, END))
+            else:
+                self._body = _TextBody()
         r = self._body.feed(text[i:] if i else text)
         if r is None or r == ABORT:
             return r
@@ -131,6 +165,12 @@ class Harmony(Format):
         if not args.startswith("{"):
             return None
         return [RawCall(_unglue(m.group(1), tools), args)]
+
+    def given_back(self, region: str) -> str:
+        # The header is markup; what the model wrote is the message's body
+        # (``to=functions.X<|channel|>commentary<|message|>foo<|call|>``).
+        _, sep, body = region.partition(MESSAGE)
+        return strip_trailer(body, CALL, END) if sep else region
 
 
 class HarmonyBuiltin(Harmony):

@@ -10,9 +10,11 @@
 
 with or without the ``<tool_call>`` wrapper. Values are text; one leading
 and one trailing newline around a value are layout (vLLM
-``qwen3coder_tool_parser`` strips exactly those), and the detector converts
-values by the parameter's schema type (``toolargs.coerce``), so ``1`` becomes
-an integer for an ``integer`` parameter and a ``string`` parameter keeps
+``qwen3coder_tool_parser`` strips exactly those), and so is the indentation
+of indented markup (``        </parameter>``) on each line of the value;
+the detector converts values by the parameter's schema type
+(``toolargs.coerce``), so ``1`` becomes an integer for an ``integer``
+parameter and a ``string`` parameter keeps
 text that looks like JSON. A closing ``</parameter>`` or ``</function>``
 that never came is tolerated when the structure is otherwise clear
 (llama.cpp's Qwen3-Coder parser does the same at end of generation).
@@ -61,6 +63,15 @@ FUNCTION_END = "</function>"
 
 
 def _value(raw: str) -> str:
+    nl = raw.rfind("\n")
+    indent = raw[nl + 1 :]
+    if nl >= 0 and indent and not indent.strip(" \t"):
+        # The markup is indented (``        </parameter>``): that indent
+        # is layout on each of the value's lines (SGLang's Qwen3-Coder
+        # tests); the value's own indentation past it stays.
+        lines = raw[:nl].removeprefix("\n").split("\n")
+        if all(ln.startswith(indent) or not ln.strip() for ln in lines):
+            return "\n".join(ln[len(indent) :] for ln in lines)
     if raw.startswith("\n"):
         raw = raw[1:]
     if raw.endswith("\n"):

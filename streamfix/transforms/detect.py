@@ -1241,12 +1241,12 @@ class ToolTagDetector:
                 and not (self._lifted or self._calls or self._pending)
                 and len(self._unread) + len(region) <= self.ctx.options.max_call_chars
             ):
-                self._unread += self._gap + region  # all the reply has so far
+                self._unread += self._gap + failed.given_back(region)  # all the reply has
                 self._since_call = True
             else:
                 report.count("given_back.unreadable")
                 self._release(out, self._gap)
-                self._release(out, region)
+                self._release(out, failed.given_back(region))
         else:
             self._release(out, self._gap)
             self._release(out, region)

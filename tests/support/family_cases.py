@@ -627,7 +627,21 @@ CASES: list[Case] = [
         [("functions.refresh_cache", {})],
     ),
     aborted("harmony-header-too-long", HA, "<|channel|>commentary to=" + "x" * 300),
-    aborted("harmony-not-json", HA, "<|channel|>commentary to=functions.x<|message|>hello"),
+    # a body that is not JSON: held to its close, then not a call (given
+    # back as the body: tests/test_formats_harmony_text.py); another header
+    # first makes it text
+    Case(
+        "harmony-not-json",
+        HA,
+        "<|channel|>commentary to=functions.x<|message|>hello<|call|>",
+        None,
+        after="<|start|>assistant",
+    ),
+    aborted(
+        "harmony-not-json-then-header",
+        HA,
+        "<|channel|>commentary to=functions.x<|message|>hello<|start|>assistant",
+    ),
     # --- Granite
     Case(
         "granite",
