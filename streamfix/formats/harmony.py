@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from ..spec import ToolSpec
 from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
@@ -68,6 +68,16 @@ _BUILTINS = ("python", "browser.", "container.")
 _BUILTIN = re.compile(r"(?:python|browser\.\w+|container\.\w+)\Z")
 
 
+class Body(Protocol):
+    """What reads a message's body: an ``EndFinder`` that says when only an
+    optional closing token is still awaited (``Steps.complete``)."""
+
+    @property
+    def complete(self) -> bool: ...
+
+    def feed(self, text: str) -> int | None: ...
+
+
 class _CallFinder:
     """The header up to ``<|message|>``, then the body: a JSON value and
     an optional ``<|call|>``/``<|end|>``, or, when the first character after
@@ -78,7 +88,7 @@ class _CallFinder:
 
     def __init__(self, skip: int) -> None:
         self._head: Steps | None = Steps(skip, Until(MESSAGE, limit=MAX_HEADER_CHARS))
-        self._body: Steps | None = None
+        self._body: Body | None = None
 
     @property
     def complete(self) -> bool:
@@ -99,13 +109,19 @@ class _CallFinder:
             if i == len(text):
                 return None
             if text[i] == "<":
-                self._body = Steps(0, Until(CALL, END, limit=len(CALL)))
+                self._body = self._tagged()
             else:
                 self._body = Steps(0, Json("{["), Opt(CALL, END))
         r = self._body.feed(text[i:] if i else text)
         if r is None or r == ABORT:
             return r
         return i + r
+
+    def _tagged(self) -> Body:
+        """The body of a message that opens with a token: nothing but that
+        token (a call without arguments). A family sharing the header with
+        another body in tags overrides it (``muse_glimmer.py``)."""
+        return Steps(0, Until(CALL, END, limit=len(CALL)))
 
 
 class Harmony(Format):
