@@ -146,12 +146,6 @@ KNOWN: dict[str, str] = {
     "llamacpp/functionary-v3.2-2": _open(
         _NEW_FORMAT, "Functionary v3.2 recipient format ('NAME\\n{json}')"
     ),
-    **{
-        f"llamacpp/muse-glimmer-{n}": _open(
-            _NEW_FORMAT, "Muse Glimmer (' to=RECIPIENT<|message|>', <atem:function_calls>)"
-        )
-        for n in (1, 2, 3, 4, 5)
-    },
     # --- SGLang's newer per-detector suites
     "sglang/gptoss-text-then-call": _BLANKS,
     "sglang/mistral2-compact-text-before": _BLANKS,

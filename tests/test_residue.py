@@ -15,6 +15,7 @@ from streamfix.delta import Delta, ToolCall
 from streamfix.session import SSESession
 from streamfix.transforms.residue import MAX_PENDING, ResidueStripper
 
+from .support.detectutil import check_split_invariant
 from .support.streamutil import (
     SHAPES_REQUEST,
     assemble,
@@ -376,3 +377,13 @@ def test_markup_nothing_handled_stays_unrecognised(text: str, sample: str) -> No
     report = _report_of([CALL_TEXT, text])
     assert report.counts["unrecognised_markup"] == 1, report.unrecognised
     assert [s[: len(sample)] for s in report.unrecognised] == [sample]
+
+
+def test_a_token_stripped_before_a_call_in_the_same_delta() -> None:
+    """Whole, the call comes in the same delta as the stripped token and
+    the blank after it: the call does not count as shown before that
+    blank (streamed, it came later): the blank is layout both ways
+    (hypothesis found the difference)."""
+    call = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1"}}</tool_call>'
+    got = check_split_invariant("<|tool_result|> " + call)
+    assert got == ("", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")

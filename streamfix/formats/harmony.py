@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from ..spec import ToolSpec
 from ._family import MAX_HEADER_CHARS, Json, Opt, Steps, Until, strip_trailer
@@ -68,6 +68,16 @@ _BUILTINS = ("python", "browser.", "container.")
 _BUILTIN = re.compile(r"(?:python|browser\.\w+|container\.\w+)\Z")
 
 
+class Body(Protocol):
+    """What reads a message's body: an ``EndFinder`` that says when only an
+    optional closing token is still awaited (``Steps.complete``)."""
+
+    @property
+    def complete(self) -> bool: ...
+
+    def feed(self, text: str) -> int | None: ...
+
+
 #: The tokens a body that is not JSON may meet: its close (``<|call|>``,
 #: ``<|end|>``), or another header's token (then it was no call: text).
 _TEXT_TOKENS = re.compile(r"<\|(call|end|start|channel|message)\|>")
@@ -87,6 +97,10 @@ class _TextBody:
     def __init__(self) -> None:
         self._tail = ""
         self._seen = 0
+
+    @property
+    def complete(self) -> bool:
+        return False  # its close is not optional
 
     def feed(self, text: str) -> int | None:
         s = self._tail + text
@@ -110,12 +124,12 @@ class _CallFinder:
 
     def __init__(self, skip: int) -> None:
         self._head: Steps | None = Steps(skip, Until(MESSAGE, limit=MAX_HEADER_CHARS))
-        self._body: Steps | _TextBody | None = None
+        self._body: Body | None = None
 
     @property
     def complete(self) -> bool:
         """Only an optional closing token is still awaited (``Steps.complete``)."""
-        return isinstance(self._body, Steps) and self._body.complete
+        return self._body is not None and self._body.complete
 
     def feed(self, text: str) -> int | None:
         i = 0
@@ -131,7 +145,7 @@ class _CallFinder:
             if i == len(text):
                 return None
             if text[i] == "<":
-                self._body = Steps(0, Until(CALL, END, limit=len(CALL)))
+                self._body = self._tagged()
             elif text[i] in "{[":
                 self._body = Steps(0, Json("{["), Opt(CALL, END))
             else:
@@ -140,6 +154,12 @@ class _CallFinder:
         if r is None or r == ABORT:
             return r
         return i + r
+
+    def _tagged(self) -> Body:
+        """The body of a message that opens with a token: nothing but that
+        token (a call without arguments). A family sharing the header with
+        another body in tags overrides it (``muse_glimmer.py``)."""
+        return Steps(0, Until(CALL, END, limit=len(CALL)))
 
 
 class Harmony(Format):

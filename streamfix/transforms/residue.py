@@ -224,19 +224,21 @@ class ResidueStripper:
 
     def _run(self, d: Delta, final: bool) -> None:
         self._settle()
-        if d.calls:
-            self._saw_output = True
         c = d.content
         if not self._held and not self._trim and (not c or _TRIGGER.search(c) is None):
             if c:
                 self._released(c)
-            return
-        out = self._scan(self._held + (c or ""), final)
-        if self._trim:
-            out = self._trimmed(out)
-        self._released(out)
-        if out or c is not None:
-            d.content = out
+        else:
+            out = self._scan(self._held + (c or ""), final)
+            if self._trim:
+                out = self._trimmed(out)
+            self._released(out)
+            if out or c is not None:
+                d.content = out
+        # A delta's calls follow its content in the reply: they count for
+        # what comes after it (whole or streamed alike), not for its text.
+        if d.calls:
+            self._saw_output = True
 
     def _trimmed(self, out: str) -> str:
         """``out`` without the blanks that follow markup the content starts
