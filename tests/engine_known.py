@@ -170,9 +170,6 @@ KNOWN: dict[str, str] = {
     ),
     "sglang/pythonic2-leading-text": _BLANK_BEFORE_CALL,
     "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
-    "sglang/hunyuan-hy4-opensource-tags": _open(
-        _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
-    ),
 }
 
 # --- vLLM's tool-parser tests (tests/data/engine_cases_vllm_tools.json) ------

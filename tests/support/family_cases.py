@@ -928,6 +928,29 @@ CASES: list[Case] = [
         "<tool_call>lookup_order<tool_sep><arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
         [("lookup_order", LO)],
     ),
+    # --- Hunyuan 4: no <tool_sep>, every token with the checkpoint's suffix
+    Case(
+        "hunyuan-v4-suffixed",
+        HY,
+        "<tool_calls:opensource><tool_call:opensource>lookup_order<arg_key:opensource>order_id"
+        "</arg_key:opensource><arg_value:opensource>F-6</arg_value:opensource>"
+        "</tool_call:opensource></tool_calls:opensource>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "hunyuan-v4-bare",
+        HY,
+        "<tool_calls><tool_call>lookup_order<arg_key>order_id</arg_key><arg_value>F-6</arg_value>"
+        "</tool_call></tool_calls>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "hunyuan-v4-lone-suffixed",
+        HY,
+        "<tool_call:6124c78e>refresh_cache</tool_call:6124c78e>",
+        [("refresh_cache", {})],
+    ),
+    aborted("hunyuan-v4-not-a-suffix", HY, "<tool_calls: a", after=" list>"),
     # --- Nemotron
     Case(
         "nemotron",
