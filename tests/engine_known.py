@@ -328,9 +328,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
     # open
-    "vllm/gigachat35-tool-call": _open(
-        _NEW_FORMAT, "GigaChat 3.5's <｜GCML｜tool_calls> calls: no call, the markup stays text"
-    ),
     "vllm/k2-horizon-tool-handoff": _open(
         _NEW_FORMAT, "K2 Horizon's <ifm|tool_calls><ifm|tool_call>NAME</ifm|tool_call> calls"
     ),

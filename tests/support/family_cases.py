@@ -914,6 +914,15 @@ CASES: list[Case] = [
         [("lookup_order", LO)],
     ),
     aborted("gigachat-message-sep-then-text", GC, "<|message_sep|>\n\nH", after="ello"),
+    Case(
+        "gigachat35-gcml",
+        gigachat.GigaChat35(),
+        '<｜GCML｜tool_calls>\n<｜GCML｜invoke name="create_ticket">\n'
+        '<｜GCML｜parameter name="title" string="true">Printer on fire</｜GCML｜parameter>\n'
+        '<｜GCML｜parameter name="priority" string="false">1</｜GCML｜parameter>\n'
+        "</｜GCML｜invoke>\n</｜GCML｜tool_calls>",
+        [("create_ticket", CT)],
+    ),
     # --- Hunyuan v3
     Case(
         "hunyuan-v3",
