@@ -328,9 +328,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
     # open
-    "vllm/k2-horizon-tool-handoff": _open(
-        _NEW_FORMAT, "K2 Horizon's <ifm|tool_calls><ifm|tool_call>NAME</ifm|tool_call> calls"
-    ),
     "vllm/cohere-citations-emoji": _open(
         "citations", "Cohere's <co>…</co: 0:[1]> citation markup is left in the text"
     ),

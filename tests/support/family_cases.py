@@ -17,6 +17,7 @@ from streamfix.formats import (
     harmony,
     hunyuan,
     internlm,
+    k2_horizon,
     kimi,
     lfm2,
     llama,
@@ -960,6 +961,16 @@ CASES: list[Case] = [
         [("refresh_cache", {})],
     ),
     aborted("hunyuan-v4-not-a-suffix", HY, "<tool_calls: a", after=" list>"),
+    # --- K2 Horizon
+    Case(
+        "k2-horizon-xml",
+        k2_horizon.K2Horizon(),
+        "<ifm|tool_calls><ifm|tool_call>create_ticket<ifm|arg_key>title</ifm|arg_key>"
+        "<ifm|arg_value>Printer on fire</ifm|arg_value><ifm|arg_key>priority</ifm|arg_key>"
+        "<ifm|arg_type>integer</ifm|arg_type><ifm|arg_value>1</ifm|arg_value></ifm|tool_call>"
+        "<ifm|tool_call>refresh_cache</ifm|tool_call></ifm|tool_calls>",
+        [("create_ticket", CT), ("refresh_cache", {})],
+    ),
     # --- Nemotron
     Case(
         "nemotron",
