@@ -329,7 +329,9 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     },
     # open
     "vllm/cohere-citations-emoji": _open(
-        "citations", "Cohere's <co>…</co: 0:[1]> citation markup is left in the text"
+        "citations",
+        "Cohere's <co>…</co: 0:[1]> citation markup is left in the reasoning (removed from the"
+        " answer; the residue stripper reads only content)",
     ),
     "vllm/rwkv-unforced-close": _open(
         "unheld close",
@@ -432,8 +434,9 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
     **{
         f"vllm/cohere-{cmd}-citations": _open(
             "citations",
-            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning and the answer;"
-            " the engine keeps the cited text and removes the tags",
+            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning (the answer's are"
+            " removed, formats/cohere.py's RESIDUE; the residue stripper reads only content);"
+            " the engine keeps the cited text and removes the tags in both",
         )
         for cmd in ("cmd3", "cmd4")
     },
