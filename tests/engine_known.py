@@ -328,11 +328,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
     # open
-    "vllm/cohere-citations-emoji": _open(
-        "citations",
-        "Cohere's <co>…</co: 0:[1]> citation markup is left in the reasoning (removed from the"
-        " answer; the residue stripper reads only content)",
-    ),
     "vllm/rwkv-unforced-close": _open(
         "unheld close",
         "a reply that only closes reasoning, to a model not known to reason and no thinking"
@@ -431,15 +426,6 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
         " echo goes out as text (the tokens stripped); it should go with the call (a format's"
         " closer_after sees only the marker, not the call's body)",
     ),
-    **{
-        f"vllm/cohere-{cmd}-citations": _open(
-            "citations",
-            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning (the answer's are"
-            " removed, formats/cohere.py's RESIDUE; the residue stripper reads only content);"
-            " the engine keeps the cited text and removes the tags in both",
-        )
-        for cmd in ("cmd3", "cmd4")
-    },
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_B)

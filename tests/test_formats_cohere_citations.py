@@ -28,13 +28,23 @@ def test_the_tags_go_and_the_cited_text_stays() -> None:
     assert (content, calls) == ("foo bar and emoji: 🌈.", [])
 
 
-def test_the_answer_channel_after_reasoning() -> None:
+def test_the_reasoning_and_the_answer_channel() -> None:
+    """vLLM's ``citations_with_emoji`` case: the spans go in both."""
     text = (
-        "<|START_THINKING|>why<|END_THINKING|>\n<|START_RESPONSE|>foo <co>bar</co: 0:[1,2],1:[3,4]>"
-        "<|END_RESPONSE|>"
+        "<|START_THINKING|>This is a rainbow <co>emoji: 🌈</co: 0:[1]><|END_THINKING|>\n"
+        "<|START_RESPONSE|>foo <co>bar</co: 0:[1,2],1:[3,4]><|END_RESPONSE|>"
     )
     content, reasoning, _, _ = check_split_invariant(text, REQUEST)
-    assert (content, reasoning) == ("foo bar", "why")
+    assert (content, reasoning) == ("foo bar", "This is a rainbow emoji: 🌈")
+
+
+def test_in_the_reasoning_other_tags_stay_and_a_held_start_is_released() -> None:
+    text = "<|START_THINKING|>a <b> c <co>d</co: 1:[2]> e <|END_THINKING|>ok"
+    content, reasoning, _, _ = check_split_invariant(text, REQUEST)
+    assert (content, reasoning) == ("ok", "a <b> c d e")
+    text = "<|START_THINKING|>ends with </co: 1"
+    _, reasoning, _, _ = check_split_invariant(text, REQUEST, finish="length")
+    assert reasoning == "ends with </co: 1"
 
 
 def test_other_tags_and_a_close_that_cites_nothing_stay() -> None:

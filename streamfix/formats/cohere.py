@@ -132,12 +132,15 @@ REASONING_MODELS = (r"command-a-reasoning", r"cohere2")
 #: are markup, removed (vLLM's Cohere Command tool and reasoning parsers'
 #: ``citations_with_emoji`` tests expect ``foo bar`` of ``foo
 #: <co>bar</co: 0:[1,2],1:[3,4]>``). ``<co>`` is a bare-word token; its
-#: close is held while it may still be one.
+#: close is held while it may still be one. Both are removed from the
+#: reasoning too (``in_reasoning``), as vLLM's reasoning parser does.
 _CITED = r"[\s\d:\[\],]"
 RESIDUE: list[Residue] = [
     Residue(
         words=("co",),
         tokens=(rf"</co:{_CITED}{{1,64}}>",),
         partials=(rf"</co:{_CITED}{{0,64}}\Z",),
+        in_reasoning=("<co>", rf"</co:{_CITED}{{1,64}}>"),
+        in_reasoning_partials=(rf"<(?:c(?:o)?|/(?:c(?:o(?::{_CITED}{{0,64}})?)?)?)?\Z",),
     )
 ]
