@@ -27,6 +27,10 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
   long as its opening, at most: the rest of a longer run (the next
   block's opening glued to it) is text, and is looked at again.
 
+In the reasoning it removes only the tokens a family declares debris
+there too (``Residue.in_reasoning``: Cohere's ``<co>``/``</co: 0:[1]>``),
+holding a tail that may still grow into one.
+
 Never ordinary prose or code: nothing inside a fenced code block or inline
 code is touched (``codespans``), a token right after a backtick is kept,
 and a tag that is not a known wrapper (``<div>``) is just text.
