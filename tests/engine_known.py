@@ -161,9 +161,6 @@ KNOWN: dict[str, str] = {
     ),
     "sglang/pythonic2-leading-text": _BLANK_BEFORE_CALL,
     "sglang/pythonic2-text-then-call": _BLANK_BEFORE_CALL,
-    "sglang/hunyuan-hy4-opensource-tags": _open(
-        _NEW_FORMAT, "Hunyuan 4's '<tool_calls:opensource>…<arg_key:opensource>' tags: no call"
-    ),
 }
 
 # --- vLLM's tool-parser tests (tests/data/engine_cases_vllm_tools.json) ------
@@ -311,15 +308,6 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
     # open
-    "vllm/gigachat35-tool-call": _open(
-        _NEW_FORMAT, "GigaChat 3.5's <｜GCML｜tool_calls> calls: no call, the markup stays text"
-    ),
-    "vllm/k2-horizon-tool-handoff": _open(
-        _NEW_FORMAT, "K2 Horizon's <ifm|tool_calls><ifm|tool_call>NAME</ifm|tool_call> calls"
-    ),
-    "vllm/cohere-citations-emoji": _open(
-        "citations", "Cohere's <co>…</co: 0:[1]> citation markup is left in the text"
-    ),
     "vllm/rwkv-unforced-close": _UNHELD,
     "vllm/gemma4-unopened-simple": _UNHELD,
     "vllm/gemma4-unopened-complete": _UNHELD,
@@ -384,14 +372,6 @@ KNOWN_VLLM_TOOLS_B: dict[str, str] = {
     "vllm/internlm-surrounding-text": _B_LAYOUT_BEFORE_CALL
     + " ('Let me check the weather for you.' not '… you. ')",
     "vllm/phi4mini-surrounding-text": _B_TEXT_AROUND_KEPT,
-    **{
-        f"vllm/cohere-{cmd}-citations": _open(
-            "citations",
-            "Cohere's grounding spans '<co>…</co: 0:[1]>' stay in the reasoning and the answer;"
-            " the engine keeps the cited text and removes the tags",
-        )
-        for cmd in ("cmd3", "cmd4")
-    },
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_B)

@@ -25,7 +25,7 @@ TOOLS = tools_of(SHAPES_REQUEST)
 FAMILY_MODULES = (
     *("mistral", "llama", "deepseek", "kimi", "glm", "harmony", "granite", "phi4", "minimax"),
     *("gemma", "seed_oss", "internlm", "lfm2", "apertus", "cohere", "longcat", "nemotron"),
-    *("gigachat", "hunyuan"),
+    *("gigachat", "hunyuan", "k2_horizon"),
 )
 
 

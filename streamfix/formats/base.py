@@ -156,6 +156,10 @@ class Residue:
       ``<|plamo:tag|>``), or the header of a turn the model goes on to write
       for the user (``<|im_start|>user\n``). The turn ends there
       (``transforms/turn_end.py``); each opens with ``<``.
+    - ``in_reasoning``: regular expressions (no groups) of whole tokens that
+      are debris in the reasoning too (Cohere's citation tags), and
+      ``in_reasoning_partials`` the prefixes of them held until the next
+      text decides (anchored at the end of the text).
 
     ``<|…|>`` tokens, and those barred by any family's ``bars``, need no
     declaration one by one: any of them is a special token.
@@ -169,6 +173,8 @@ class Residue:
     partials: tuple[str, ...] = ()
     bars: tuple[str, ...] = ()
     turn_ends: tuple[str, ...] = ()
+    in_reasoning: tuple[str, ...] = ()
+    in_reasoning_partials: tuple[str, ...] = ()
 
     def barring(self) -> str:
         """Every character that bars a special token: ``|``, then ``bars``."""

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import loads
-from .base import ABORT, EndFinder, Format, RawCall, Reasoning, calls_from_value
+from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
 from .fenced import FENCE, Fenced, FenceFinder
 from .scan import UntilMarker
 
@@ -126,3 +126,21 @@ REASONING: list[Reasoning] = [
 
 #: Command A Reasoning and the Cohere2 MoE models think by default.
 REASONING_MODELS = (r"command-a-reasoning", r"cohere2")
+
+#: Grounded answers mark each cited span ``<co>text</co: 0:[1,2],1:[3]>``
+#: (the document and snippet indexes): the text is the answer, the tags
+#: are markup, removed (vLLM's Cohere Command tool and reasoning parsers'
+#: ``citations_with_emoji`` tests expect ``foo bar`` of ``foo
+#: <co>bar</co: 0:[1,2],1:[3,4]>``). ``<co>`` is a bare-word token; its
+#: close is held while it may still be one. Both are removed from the
+#: reasoning too (``in_reasoning``), as vLLM's reasoning parser does.
+_CITED = r"[\s\d:\[\],]"
+RESIDUE: list[Residue] = [
+    Residue(
+        words=("co",),
+        tokens=(rf"</co:{_CITED}{{1,64}}>",),
+        partials=(rf"</co:{_CITED}{{0,64}}\Z",),
+        in_reasoning=("<co>", rf"</co:{_CITED}{{1,64}}>"),
+        in_reasoning_partials=(rf"<(?:c(?:o)?|/(?:c(?:o(?::{_CITED}{{0,64}})?)?)?)?\Z",),
+    )
+]

@@ -1,14 +1,93 @@
-"""K2 Horizon reasoning markup: one pair of tags per reasoning effort,
+"""K2 Horizon: its calls and its reasoning markup, IFM tokens.
 
-``<ifm|think>…</ifm|think>`` (high, the default), ``<ifm|think_fast>…
-</ifm|think_fast>`` (medium), ``<ifm|think_faster>…</ifm|think_faster>``
-(low). The template opens the pair in the prompt, so a reply may show only
-the close (vLLM ``reasoning/k2_horizon_reasoning_parser.py``).
+Calls (vLLM ``tool_parsers/k2_horizon_tool_parser.py``): a group of calls,
+``<ifm|tool_calls><ifm|tool_call>NAME<ifm|arg_key>k</ifm|arg_key><ifm|arg_value>v</ifm|arg_value></ifm|tool_call>…</ifm|tool_calls>``,
+with an optional ``<ifm|arg_type>t</ifm|arg_type>`` between a key and its
+value (the template's typed XML), or a JSON object ``{"name": …,
+"arguments": {…}}`` inside ``<ifm|tool_call>`` (its JSON format); a call
+without arguments is ``<ifm|tool_call>NAME</ifm|tool_call>``. The group
+holds nothing but calls, or it is not one. A value is typed by the tool's
+schema (``_family.typed_value``); without one, a declared ``string`` (or
+``any``) type keeps the text.
+
+Reasoning: one pair of tags per reasoning effort, ``<ifm|think>…</ifm|think>``
+(high, the default), ``<ifm|think_fast>…</ifm|think_fast>`` (medium),
+``<ifm|think_faster>…</ifm|think_faster>`` (low). The template opens the
+pair in the prompt, so a reply may show only the close (vLLM
+``reasoning/k2_horizon_reasoning_parser.py``).
 """
 
 from __future__ import annotations
 
-from .base import Reasoning
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..spec import ToolSpec
+from ._family import _prop, contiguous, loads, typed_value
+from .base import EndFinder, Format, RawCall, Reasoning, call_from_object, lead_shape
+from .scan import UntilMarker
+
+OPEN, CLOSE = "<ifm|tool_calls>", "</ifm|tool_calls>"
+CALL = "<ifm|tool_call>"
+
+_CALL = re.compile(r"\s*<ifm\|tool_call>(.*?)</ifm\|tool_call>\s*", re.DOTALL)
+_HEAD = re.compile(r"\s*([^\s<>{}]+)\s*")
+_PAIR = re.compile(
+    r"\s*<ifm\|arg_key>([^<]*)</ifm\|arg_key>\s*"
+    r"(?:<ifm\|arg_type>([^<]*)</ifm\|arg_type>\s*)?"
+    r"<ifm\|arg_value>(.*?)</ifm\|arg_value>\s*",
+    re.DOTALL,
+)
+_TEXT_TYPES = ("string", "str", "any")
+
+
+def _one(body: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
+    s = body.strip()
+    if s.startswith("{"):
+        return call_from_object(loads(s))
+    m = _HEAD.match(body)
+    if m is None:
+        return None
+    name = m.group(1)
+    pairs = contiguous(_PAIR, body[m.end() :])
+    if pairs is None:
+        return None
+    args: dict[str, Any] = {}
+    for p in pairs:
+        key = p.group(1).strip()
+        if not key or key in args:
+            return None
+        declared = (p.group(2) or "").split("[", 1)[0].strip().lower()
+        if declared in _TEXT_TYPES and _prop(tools, name, key) is None:
+            args[key] = p.group(3)
+        else:
+            args[key] = typed_value(p.group(3), tools, name, key)
+    return RawCall(name, args)
+
+
+class K2Horizon(Format):
+    name: ClassVar[str] = "k2_horizon"
+    markers: ClassVar[tuple[str, ...]] = (OPEN,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(CLOSE, skip=len(marker))
+
+    def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        return lead_shape(region[len(OPEN) :], (CALL,), final)
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        if not region.startswith(OPEN):
+            return None
+        found = contiguous(_CALL, region[len(OPEN) :].rstrip().removesuffix(CLOSE))
+        if not found:
+            return None
+        calls = [_one(m.group(1), tools) for m in found]
+        return None if any(c is None for c in calls) else [c for c in calls if c is not None]
+
+
+FORMATS: list[Format] = [K2Horizon()]
 
 _EFFORTS = ("think", "think_fast", "think_faster")
 
@@ -23,3 +102,7 @@ REASONING: list[Reasoning] = [
 
 #: K2 Horizon reasons by default.
 REASONING_MODELS = (r"k2-?horizon",)
+
+#: Its template opens the reasoning in the prompt (the default effort):
+#: a call before any close ends the reasoning.
+PROMPT_OPENS_MODELS = (r"k2-?horizon",)

@@ -67,7 +67,7 @@ def check_static(plugin: Plugin, existing: tuple[Format, ...]) -> None:
         for b in res.bars:
             if not isinstance(b, str) or len(b) != 1 or b.isspace() or b in "<>":
                 raise refusal(plugin, f"residue bar {b!r}: one character, not a blank, < or >")
-        for t in (*res.tokens, *res.partials):
+        for t in (*res.tokens, *res.partials, *res.in_reasoning, *res.in_reasoning_partials):
             try:
                 groups = re.compile(t).groups
             except re.error as exc:

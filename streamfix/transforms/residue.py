@@ -27,6 +27,10 @@ rewritten. It removes from ``content`` only what is unmistakably markup:
   long as its opening, at most: the rest of a longer run (the next
   block's opening glued to it) is text, and is looked at again.
 
+In the reasoning it removes only the tokens a family declares debris
+there too (``Residue.in_reasoning``: Cohere's ``<co>``/``</co: 0:[1]>``),
+holding a tail that may still grow into one.
+
 Never ordinary prose or code: nothing inside a fenced code block or inline
 code is touched (``codespans``), a token right after a backtick is kept,
 and a tag that is not a known wrapper (``<div>``) is just text.
@@ -114,6 +118,14 @@ def _partial(families: Residue) -> re.Pattern[str]:
 
 _CAND = _cand(_FAMILIES)
 _PARTIAL = _partial(_FAMILIES)
+#: Tokens that are debris in the reasoning too (``Residue.in_reasoning``),
+#: and the ends of a reasoning text that may still grow into one.
+_IN_REASONING = re.compile("|".join(_FAMILIES.in_reasoning)) if _FAMILIES.in_reasoning else None
+_IN_REASONING_PARTIAL = (
+    re.compile("|".join(_FAMILIES.in_reasoning_partials))
+    if _FAMILIES.in_reasoning_partials
+    else None
+)
 BARS = _FAMILIES.barring()
 #: Turn headers the families declare (``Residue.headers``): stripped with
 #: the role line after them, as a stray "assistant" would show users.
@@ -152,6 +164,7 @@ class ResidueStripper:
         "_last",
         "_line_head",
         "_opened",
+        "_rheld",
         "_saw_output",
         "_trim",
         "_trim_from",
@@ -162,6 +175,7 @@ class ResidueStripper:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._held = ""  # text not yet released; starts at an undecided spot
+        self._rheld = ""  # reasoning not yet released (``Residue.in_reasoning``)
         self._in_fence = False  # inside a fenced code block
         self._code = CodeSpans()  # inline code (and blocks) in what went out
         self._line_head = True  # only blanks since the last newline
@@ -210,11 +224,12 @@ class ResidueStripper:
     def feed_reasoning(self, text: str) -> bool:
         """The reasoning lane (``delta.TextLane``): a reasoning-only delta
         concerns the stripper only when it holds text (``_run`` may then
-        release it)."""
-        return not self._held
+        release it), or may hold a token that is debris there too
+        (``Residue.in_reasoning``: only with a ``<``)."""
+        return not (self._held or self._rheld or (_IN_REASONING is not None and "<" in text))
 
     def feed_reasonings(self, texts: list[str], joined: str) -> int:
-        return 0 if self._held else len(texts)
+        return len(texts) if self.feed_reasoning(joined) else take_each(self.feed_reasoning, texts)
 
     def feed(self, d: Delta) -> None:
         self._run(d, False)
@@ -224,6 +239,8 @@ class ResidueStripper:
 
     def _run(self, d: Delta, final: bool) -> None:
         self._settle()
+        if _IN_REASONING is not None and (self._rheld or d.reasoning):
+            d.reasoning = self._reasoning(d.reasoning, final)
         c = d.content
         if not self._held and not self._trim and (not c or _TRIGGER.search(c) is None):
             if c:
@@ -248,6 +265,21 @@ class ResidueStripper:
         if tail:
             self._trim = False
         return head + tail
+
+    def _reasoning(self, text: str | None, final: bool) -> str | None:
+        """The reasoning text without the tokens that are debris there too;
+        a tail that may still become one is held (to the end, at most)."""
+        assert _IN_REASONING is not None and _IN_REASONING_PARTIAL is not None
+        s = self._rheld + (text or "")
+        self._rheld = ""
+        if not final:
+            m = _IN_REASONING_PARTIAL.search(s, max(0, len(s) - MAX_TOKEN - 8))
+            if m is not None and m.start() < len(s):
+                self._rheld, s = s[m.start() :], s[: m.start()]
+        out, n = _IN_REASONING.subn("", s)
+        if n:
+            self.ctx.report.count("stripped.special_token", n)
+        return out if (out or text is not None) else None
 
     def _released(self, text: str) -> None:
         if not text:

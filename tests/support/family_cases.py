@@ -17,6 +17,7 @@ from streamfix.formats import (
     harmony,
     hunyuan,
     internlm,
+    k2_horizon,
     kimi,
     lfm2,
     llama,
@@ -928,6 +929,15 @@ CASES: list[Case] = [
         [("lookup_order", LO)],
     ),
     aborted("gigachat-message-sep-then-text", GC, "<|message_sep|>\n\nH", after="ello"),
+    Case(
+        "gigachat35-gcml",
+        gigachat.GigaChat35(),
+        '<｜GCML｜tool_calls>\n<｜GCML｜invoke name="create_ticket">\n'
+        '<｜GCML｜parameter name="title" string="true">Printer on fire</｜GCML｜parameter>\n'
+        '<｜GCML｜parameter name="priority" string="false">1</｜GCML｜parameter>\n'
+        "</｜GCML｜invoke>\n</｜GCML｜tool_calls>",
+        [("create_ticket", CT)],
+    ),
     # --- Hunyuan v3
     Case(
         "hunyuan-v3",
@@ -941,6 +951,39 @@ CASES: list[Case] = [
         GL,
         "<tool_call>lookup_order<tool_sep><arg_key>order_id</arg_key><arg_value>F-6</arg_value></tool_call>",
         [("lookup_order", LO)],
+    ),
+    # --- Hunyuan 4: no <tool_sep>, every token with the checkpoint's suffix
+    Case(
+        "hunyuan-v4-suffixed",
+        HY,
+        "<tool_calls:opensource><tool_call:opensource>lookup_order<arg_key:opensource>order_id"
+        "</arg_key:opensource><arg_value:opensource>F-6</arg_value:opensource>"
+        "</tool_call:opensource></tool_calls:opensource>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "hunyuan-v4-bare",
+        HY,
+        "<tool_calls><tool_call>lookup_order<arg_key>order_id</arg_key><arg_value>F-6</arg_value>"
+        "</tool_call></tool_calls>",
+        [("lookup_order", LO)],
+    ),
+    Case(
+        "hunyuan-v4-lone-suffixed",
+        HY,
+        "<tool_call:6124c78e>refresh_cache</tool_call:6124c78e>",
+        [("refresh_cache", {})],
+    ),
+    aborted("hunyuan-v4-not-a-suffix", HY, "<tool_calls: a", after=" list>"),
+    # --- K2 Horizon
+    Case(
+        "k2-horizon-xml",
+        k2_horizon.K2Horizon(),
+        "<ifm|tool_calls><ifm|tool_call>create_ticket<ifm|arg_key>title</ifm|arg_key>"
+        "<ifm|arg_value>Printer on fire</ifm|arg_value><ifm|arg_key>priority</ifm|arg_key>"
+        "<ifm|arg_type>integer</ifm|arg_type><ifm|arg_value>1</ifm|arg_value></ifm|tool_call>"
+        "<ifm|tool_call>refresh_cache</ifm|tool_call></ifm|tool_calls>",
+        [("create_ticket", CT), ("refresh_cache", {})],
     ),
     # --- Nemotron
     Case(
