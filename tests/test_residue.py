@@ -380,10 +380,10 @@ def test_markup_nothing_handled_stays_unrecognised(text: str, sample: str) -> No
 
 
 def test_a_token_stripped_before_a_call_in_the_same_delta() -> None:
-    """Whole, the call comes in the same delta as the stripped token and
-    the blank after it: the call does not count as shown before that
-    blank (streamed, it came later): the blank is layout both ways
-    (hypothesis found the difference)."""
+    """A call is no visible text for the blanks after stripped markup: whole
+    (the call in the same delta as the token and its blank) and streamed
+    (the call first, or after) alike, the blank is layout (hypothesis found
+    the two ways apart)."""
     call = '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1"}}</tool_call>'
     got = check_split_invariant("<|tool_result|> " + call)
     assert got == ("", "", [("lookup_order", {"order_id": "A-1"})], "tool_calls")

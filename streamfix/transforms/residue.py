@@ -166,6 +166,7 @@ class ResidueStripper:
         "_opened",
         "_rheld",
         "_saw_output",
+        "_saw_text",
         "_trim",
         "_trim_from",
         "_unsettled",
@@ -182,6 +183,9 @@ class ResidueStripper:
         self._last = ""  # the last character released
         self._opened: dict[str, int] = {}  # wrapper tags opened and kept
         self._saw_output = False
+        #: A non-blank character reached the client (calls aside: the
+        #: blanks after a call the reply starts with are layout too).
+        self._saw_text = False
         #: Markup stripped with nothing visible before it: the blanks after
         #: it are layout, dropped until the text (``_trim_from``: from which
         #: piece of the scan's output on).
@@ -252,8 +256,6 @@ class ResidueStripper:
             self._released(out)
             if out or c is not None:
                 d.content = out
-        # A delta's calls follow its content in the reply: they count for
-        # what comes after it (whole or streamed alike), not for its text.
         if d.calls:
             self._saw_output = True
 
@@ -285,8 +287,8 @@ class ResidueStripper:
         if not text:
             return
         self._code.note(text)
-        if not self._saw_output and not text.isspace():
-            self._saw_output = True
+        if not self._saw_text and not text.isspace():
+            self._saw_output = self._saw_text = True
         nl = text.rfind("\n")
         if nl >= 0:
             self._line_head = nl == len(text) - 1 or not text[nl + 1 :].strip(" \t")
@@ -391,7 +393,7 @@ class ResidueStripper:
                     return "".join(out)
             out.append(text[pos:i])
             pos = end
-            if not self._saw_output and not self._trim:
+            if not self._saw_text and not self._trim:
                 sofar = "".join(out)
                 if _NON_WS.search(sofar) is None:
                     self._trim, self._trim_from = True, len(sofar)
