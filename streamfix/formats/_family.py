@@ -34,7 +34,7 @@ from ..pycalls import read_calls
 from ..spec import ToolSpec
 from ..toolargs import call_node_args, is_instance, schema_types
 from .base import ABORT, UNREADABLE, Format, RawCall
-from .scan import Balanced, end_of_first
+from .scan import Balanced, end_of_first, skipped
 
 FORMATS: list[Format] = []
 
@@ -269,12 +269,9 @@ class Steps:
         return all(isinstance(p, _OPTIONAL) for p in self._parts[self._k :])
 
     def feed(self, text: str) -> int | None:
-        i = 0
+        self._skip, i = skipped(self._skip, text)
         if self._skip:
-            i = min(self._skip, len(text))
-            self._skip -= i
-            if self._skip:
-                return None
+            return None
         parts = self._parts
         while self._k < len(parts):
             r = parts[self._k].scan(text, i)

@@ -17,7 +17,7 @@ from ..spec import ToolSpec
 from ._family import loads
 from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
 from .fenced import FENCE, Fenced, FenceFinder
-from .scan import UntilMarker
+from .scan import UntilMarker, skipped
 
 OPEN = "<|START_ACTION|>"
 CLOSE = "<|END_ACTION|>"
@@ -63,12 +63,9 @@ class _ActionEnd:
         self._fence: FenceFinder | None = None
 
     def feed(self, text: str) -> int | None:
-        i = 0
+        self._skip, i = skipped(self._skip, text)
         if self._skip:
-            i = min(self._skip, len(text))
-            self._skip -= i
-            if self._skip:
-                return None
+            return None
         if self._fence is None:
             while i < len(text) and text[i].isspace():
                 i += 1

@@ -32,7 +32,7 @@ from ..spec import ToolSpec
 from ._family import contiguous
 from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, lead_shape
 from .glm import Glm, kv_calls
-from .scan import UntilMarker
+from .scan import UntilMarker, skipped
 
 OPEN, CLOSE = "<tool_calls>", "</tool_calls>"
 SEP = "<tool_sep>"
@@ -67,12 +67,9 @@ class _SuffixedEnd:
         self._until: UntilMarker | None = None
 
     def feed(self, text: str) -> int | None:
-        i = 0
+        self._skip, i = skipped(self._skip, text)
         if self._skip:
-            i = min(self._skip, len(text))
-            self._skip -= i
-            if self._skip:
-                return None
+            return None
         if self._until is None:
             m = _NOT_SUFFIX.search(text, i)
             end = m.start() if m else len(text)

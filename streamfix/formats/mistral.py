@@ -25,6 +25,7 @@ from typing import ClassVar
 from ..spec import ToolSpec
 from ._family import Header, Json, Steps, loads
 from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
+from .scan import skipped
 
 MARKER = "[TOOL_CALLS]"
 
@@ -62,12 +63,9 @@ class _MistralEnd:
         self._named = False  # the new shape's header is being read
 
     def feed(self, text: str) -> int | None:
-        i = 0
+        self._skip, i = skipped(self._skip, text)
         if self._skip:
-            i = min(self._skip, len(text))
-            self._skip -= i
-            if self._skip:
-                return None
+            return None
         if self._junk:
             return self._after_junk(text, i)
         header = self._steps is None or (self._named and self._steps.part == 0)

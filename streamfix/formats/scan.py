@@ -30,6 +30,16 @@ def end_of_first(s: str, closes: tuple[str, ...]) -> int:
     return best
 
 
+def skipped(skip: int, text: str) -> tuple[int, int]:
+    """A finder reads after its opening marker, which may come over several
+    pieces: (the marker's characters still to skip after ``text``, where
+    ``text``'s own characters begin)."""
+    if not skip:
+        return 0, 0
+    i = min(skip, len(text))
+    return skip - i, i
+
+
 class UntilMarker:
     """The region ends just after the first of ``closes`` (e.g. ``</tool_call>``)."""
 
