@@ -428,13 +428,14 @@ def xml_calls(
     param_re: re.Pattern[str],
     value: Callable[[re.Match[str], str], Any] | None = None,
     ignore: tuple[str, ...] = (),
+    json_body: bool = True,
 ) -> list[RawCall] | None:
     """Calls written as XML elements: ``call_re`` matches one call with
     groups (name, body); inside, ``param_re`` matches parameters with
     groups (key, raw value); ``value(match, call_name)`` converts a
     parameter (default: the text of group 2, one newline trimmed each
     side). A call body holding no parameter but a JSON object gives that
-    object.
+    object (unless ``json_body`` is False: a family that writes none).
 
     Strict about what lies around the elements: anything but blanks (and
     the wrapper tokens in ``ignore``) between calls or parameters — such as
@@ -448,7 +449,7 @@ def xml_calls(
         name = m.group(1).strip()
         inner = m.group(2)
         s = inner.strip()
-        if s.startswith("{"):
+        if json_body and s.startswith("{"):
             calls.append(RawCall(name, s))
             continue
         params = contiguous(param_re, inner)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..spec import ToolSpec
-from ._family import Opt, Steps, Until, contiguous, strip_trailer, typed_value
+from ._family import Opt, Steps, Until, strip_trailer, typed_value, xml_calls
 from .base import ABORT, EndFinder, Format, RawCall, Reasoning
 from .harmony import CALL, END, MESSAGE, Body, Harmony, _CallFinder
 
@@ -138,22 +138,11 @@ class MuseGlimmer(Format):
 
 
 def _calls(block: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-    invokes = contiguous(_INVOKE, block)
-    if not invokes:
-        return None
-    calls: list[RawCall] = []
-    for m in invokes:
-        name = m.group(1).strip()
-        params = contiguous(_PARAM, m.group(2))
-        if params is None:
-            return None
-        args: dict[str, Any] = {}
-        for p in params:
-            key = p.group(1).strip()
-            # Spaces in a string value are the value's (the template says so).
-            args[key] = typed_value(p.group(2), tools, name, key)
-        calls.append(RawCall(name, args))
-    return calls
+    def value(p: re.Match[str], name: str) -> Any:
+        # Spaces in a string value are the value's (the template says so).
+        return typed_value(p.group(2), tools, name, p.group(1).strip())
+
+    return xml_calls(block, _INVOKE, _PARAM, value, json_body=False)
 
 
 FORMATS: list[Format] = [MuseGlimmer()]
