@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from streamfix.server.access import AccessLog
 from streamfix.server.app import run_options
 from streamfix.server.proxy import PROXY
 from streamfix.server.requestid import OWN_HEADER
@@ -68,3 +69,7 @@ async def test_nothing_made_when_info_is_off(caplog: pytest.LogCaptureFixture) -
         finally:
             await runner.cleanup()
     assert not [r for r in caplog.records if r.name.startswith("streamfix.access")]
+    # the line is not even made (the base class says enabled always)
+    assert not AccessLog(logger, "").enabled
+    logger.setLevel(logging.INFO)
+    assert AccessLog(logger, "").enabled
