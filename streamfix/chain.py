@@ -55,6 +55,7 @@ from .transforms.accumulate import Accumulator
 from .transforms.detect import ToolTagDetector
 from .transforms.jsonout import JsonOutput
 from .transforms.missed import MissedCalls
+from .transforms.prompt_marker import PromptMarker
 from .transforms.reasoning import ReasoningSplitter
 from .transforms.repetition import UPSTREAM_CUT, RepetitionCutter, upstream_cut
 from .transforms.residue import ResidueStripper
@@ -110,6 +111,9 @@ def build_pipeline(ctx: Context) -> list[Transform]:
     if cutter is not None:
         steps.append(cutter)
     if ctx.lifts:
+        marker = PromptMarker.for_context(ctx)
+        if marker is not None:
+            steps.append(marker)
         detector = ToolTagDetector(ctx)
         steps.append(detector)
         if cutter is not None:

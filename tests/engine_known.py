@@ -80,8 +80,6 @@ def _open(cls: str, detail: str) -> str:
     return f"open: {cls}: {detail}"
 
 
-_NEW_FORMAT = "format not known"
-
 KNOWN: dict[str, str] = {
     "lmdeploy/llama3-text-after-call": _BLANK_AFTER_FIRST_CALL + " (' Done.')",
     # whitespace only
@@ -138,13 +136,6 @@ KNOWN: dict[str, str] = {
     "sglang/qwen3-coder-indented-two-calls-text-between": (
         "better: whitespace: the text between two indented calls loses the blanks around it"
         " ('Some text in between.'; SGLang keeps the newline and the markup's indentation)"
-    ),
-    # formats not known
-    "llamacpp/functionary-v3.2-1": _open(
-        _NEW_FORMAT, "Functionary v3.2 recipient format ('all\\n' + answer)"
-    ),
-    "llamacpp/functionary-v3.2-2": _open(
-        _NEW_FORMAT, "Functionary v3.2 recipient format ('NAME\\n{json}')"
     ),
     # --- SGLang's newer per-detector suites
     "sglang/gptoss-text-then-call": _BLANKS,
@@ -311,11 +302,11 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     "vllm/rwkv-unforced-close": _UNHELD,
     "vllm/gemma4-unopened-simple": _UNHELD,
     "vllm/gemma4-unopened-complete": _UNHELD,
-    "vllm/kimi-k2-tool-section-ends-reasoning": _open(
-        "unreadable call after reasoning",
-        "'some reasoning<|tool_calls_section_begin|>tool call data' (prompt-opened reasoning then"
-        " an unreadable call section): the reasoning goes out as the answer with the section's"
-        " text",
+    "vllm/kimi-k2-tool-section-ends-reasoning": (
+        "better: special tokens: 'some reasoning<|tool_calls_section_begin|>tool call data': the"
+        " call section ends the reasoning the prompt opened, as vLLM splits it; nothing in the"
+        " section reads, so it goes out as text (given back) without its token (raw call markup"
+        " never reaches a user); vLLM hands the section to its tool parser with the token"
     ),
     # The turn ends at PLaMo 3's end-of-turn token (transforms/turn_end.py);
     # before it, the prompt-opened reasoning never closed and the turn ended

@@ -262,6 +262,24 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "I need to call it",
         [A1],
     ),
+    # Kimi K2.5's template opens the reasoning: its call section ends it,
+    # and one in which nothing reads goes out as text, not as reasoning
+    (
+        "call-section-ends-prompt-opened-reasoning-kimi",
+        "I need to call it" + KIMI_CALL,
+        req("moonshotai/Kimi-K2.5"),
+        "",
+        "I need to call it",
+        [A1],
+    ),
+    (
+        "unreadable-call-section-ends-prompt-opened-reasoning-kimi",
+        "some reasoning<|tool_calls_section_begin|>tool call data",
+        req("moonshotai/Kimi-K2.5"),
+        "tool call data",
+        "some reasoning",
+        [],
+    ),
     (
         "call-ends-prompt-opened-reasoning",
         "Need to look it up.\n" + CALL,

@@ -245,6 +245,14 @@ class Format:
     #: (counted ``invalid_arguments``), as in a wrapper; None: only when
     #: ``wrapped``. A bare candidate that does not fit is text.
     invalid_is_call: ClassVar[bool | None] = None
+    #: The chat template ends the prompt with this marker for the models
+    #: ``prompt_models`` names (regular expressions, case-insensitive, no
+    #: groups): such a reply begins after it, showing none (Functionary
+    #: v3.2's ``>>>``). When ``prompt_head`` says the reply's first line
+    #: reads as what follows the marker, the prompt-marker step
+    #: (``transforms/prompt_marker.py``) writes the marker back before it.
+    prompt_marker: ClassVar[str] = ""
+    prompt_models: ClassVar[tuple[str, ...]] = ()
 
     @property
     def markup_if_unoffered(self) -> bool:
@@ -263,6 +271,18 @@ class Format:
         it, with the blanks before it, when it is the next thing after the
         call. Default: none."""
         return ""
+
+    def prompt_head(self, line: str, tools: Mapping[str, ToolSpec]) -> bool:
+        """Whether the reply's first line (without its newline) is what
+        follows ``prompt_marker`` in this format (see there)."""
+        return False
+
+    def is_header(self, region: str) -> bool:
+        """Whether ``region``, which holds no call, is the header of a
+        message of text (Functionary's ``>>>all\\n``): markup, stripped
+        (counted ``stripped.header``); the text after it is the answer.
+        Default: no."""
+        return False
 
     def given_back(self, region: str) -> str:
         """The text a recognised region in which nothing reads goes out as

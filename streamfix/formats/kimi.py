@@ -255,3 +255,7 @@ REASONING: list[Reasoning] = [
 #: Kimi K3 and K2.5 reason by default (vLLM's ``kimi_k25`` parser forces
 #: thinking on; K2.6 only when the request turns it on).
 REASONING_MODELS = (r"kimi-k3", r"kimi-k2\.5")
+#: K2.5's template opens ``<think>`` in the prompt (the reply starts inside
+#: it: vLLM's ``kimi_k25`` parser reads all before ``</think>`` as
+#: reasoning), so a call section may end that reasoning with no close.
+PROMPT_OPENS_MODELS = (r"kimi-k2\.5",)

@@ -86,7 +86,14 @@ def measure_with(check: Callable[[Plugin], None]) -> None:
 
 
 def _changed() -> None:
-    caches = (all_formats, all_reasoning, all_residue, reasoning_models, prompt_opening_models)
+    caches = (
+        all_formats,
+        all_reasoning,
+        all_residue,
+        reasoning_models,
+        prompt_opening_models,
+        _prompt_markers,
+    )
     for cached in caches:
         cached.cache_clear()
     for hook in _hooks:
@@ -249,6 +256,25 @@ def prompt_opening_models() -> re.Pattern[str]:
     replies start inside it, so a call may end it with no close."""
     names = sorted({m for module in _sources() for m in getattr(module, "PROMPT_OPENS_MODELS", ())})
     return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def _prompt_markers() -> tuple[tuple[re.Pattern[str], Format], ...]:
+    return tuple(
+        (re.compile("|".join(f"(?:{m})" for m in f.prompt_models), re.IGNORECASE), f)
+        for f in all_formats()
+        if f.prompt_marker and f.prompt_models
+    )
+
+
+def prompt_marker_format(model: str) -> Format | None:
+    """The format whose marker ``model``'s chat template ends the prompt
+    with (``Format.prompt_marker``), or None."""
+    if model:
+        for rx, f in _prompt_markers():
+            if rx.search(model):
+                return f
+    return None
 
 
 def by_name(name: str) -> Format:

@@ -1221,6 +1221,9 @@ class ToolTagDetector:
             self._truncated = True
             report.count("dropped_call.truncated")
             self._since_call = True
+        elif verdict == "none" and failed.is_header(region):
+            report.count("stripped.header")
+            self._since_call = True
         elif verdict == "unoffered" and failed.markup_if_unoffered:
             report.count("stripped.unoffered_call")
             if region[len(self._marker) :].strip():  # a bare marker: debris, no shape
