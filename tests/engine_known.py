@@ -295,7 +295,10 @@ KNOWN_VLLM_REASONING: dict[str, str] = {
     **{
         f"vllm/qwen3-recovery-{name}": _DRAFTED
         + " (a <tool_call> written before </think>: the model closed its reasoning and then"
-        " answered, or said nothing; vLLM's qwen3 parser promotes it)"
+        " answered, or said nothing; vLLM's qwen3 parser promotes it. Promoting it when"
+        " nothing follows the close was tried: canitoolcall's strict check"
+        " (mistral/llamacpp-ministral3-marker-in-reasoning) and llama.cpp's own tests"
+        " (ministral3-reasoning-5, lfm2.5-thinking-3) require it to stay reasoning)"
         for name in ("call-before-close", "text-after-close", "trailing-text")
     },
     # open
