@@ -263,24 +263,21 @@ class _Parts:
 
 
 def _only_calls(ctx: Context, text: str) -> bool:
-    """Whether ``text`` is calls the detector lifts, with nothing but
-    blanks around them and no markup it would strip, or one recognised
-    region in which nothing reads (given back whole: the call section the
-    model opened is the answer's, even unread); a fresh detector on a copy
-    of the request's context: the report is not touched."""
+    """Whether ``text`` is the answer's calls: calls the detector lifts,
+    with nothing but blanks around them and no markup it would strip, or
+    one recognised region in which nothing reads (given back whole: the
+    call section the model opened is the answer's, even unread). A fresh
+    detector on a copy of the request's context: the report is not
+    touched."""
     probe = replace(ctx, report=Report(), options=replace(ctx.options, hold_unreadable=False))
     d = Delta(content=text, finish_reason="stop")
     ToolTagDetector(probe).close(d)
     counts = probe.report.counts
-    if not d.calls:
-        return (
-            "given_back.unreadable" in counts
-            and d.content == text.strip()
-            and not any(k.startswith(("stripped.", "dropped_call.")) for k in counts)
-        )
-    if (d.content or "").strip():
+    if any(k.startswith(("stripped.", "dropped_call.")) for k in counts):
         return False
-    return not any(k.startswith(("stripped.", "dropped_call.")) for k in counts)
+    if d.calls:
+        return not (d.content or "").strip()
+    return "given_back.unreadable" in counts and d.content == text.strip()
 
 
 class ReasoningSplitter:
