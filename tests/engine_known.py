@@ -401,3 +401,50 @@ KNOWN_VLLM_TOOLS_A: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_VLLM_TOOLS_A)
+
+
+# --- Ollama tools (tests/data/engine_cases_ollama_tools.json) ---------------
+#
+# Ollama's template-driven generic parser (tools/tools_test.go): Hermes
+# <tool_call>, Mistral [TOOL_CALLS], DeepSeek tokens, bare JSON and lists.
+
+_OLLAMA_THINK_ALONE = (
+    _THINK_PAIR + " (Ollama's test runs its tool parser alone: in its server a thinking parser"
+    " splits the pair off first, as streamfix does)"
+)
+
+KNOWN_OLLAMA_TOOLS: dict[str, str] = {
+    **{
+        f"ollama/tools/{name}": _B_LAYOUT_BEFORE_CALL + " (the space before the first <tool_call>)"
+        for name in (
+            "text-before-call",
+            "two-calls",
+            "empty-args-then-args",
+            "empty-then-args-unclosed",
+        )
+    },
+    "ollama/tools/deepseek": _OLLAMA_THINK_ALONE,
+    "ollama/tools/deepseek-incremental": _OLLAMA_THINK_ALONE,
+    "ollama/tools/list-invalid": (
+        "better: text not held back: a JSON list naming a tool not offered, whose ']' never"
+        " came, goes out as the text it is when the reply ends; Ollama's test stops while its"
+        " parser still holds it (its server gives the held text back only at the end)"
+    ),
+    "ollama/tools/fa-long-string": (
+        "better: repetition: a 500-character value repeating 'a{b}c' 100 times is a degenerate"
+        " loop, cut there (finish length), and the call it cut is not run (the proxy asks"
+        " again); Ollama's argument finder reads the whole value"
+    ),
+    "ollama/tools/fa-name-keyed": _open(
+        "name-keyed object",
+        "'{\"get_temperature\": {…}}' (the offered tool's name as the only key, its arguments"
+        " the value) is no call shape streamfix reads; Ollama's argument finder lifts it",
+    ),
+    "ollama/tools/fa-name-keyed-stringified": _open(
+        "name-keyed object",
+        '\'{"get_temperature": "{…}"}\' (the offered tool\'s name as the only key, its arguments'
+        " a JSON string) is no call shape streamfix reads; Ollama's argument finder lifts it",
+    ),
+}
+
+KNOWN.update(KNOWN_OLLAMA_TOOLS)

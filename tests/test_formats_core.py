@@ -127,6 +127,20 @@ CASES: list[tuple[str, str, str, Calls]] = [
         [("lookup_order", LO)],
     ),
     (
+        # A brace too many after the call (Ollama's tools/tools_test.go):
+        # the tag says it is a call, the extra closers are debris.
+        "hermes-a-brace-too-many",
+        '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}}\n</tool_call>',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
+        "hermes-a-brace-too-many-closing-tag-missing",
+        '<tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}}',
+        "",
+        [("lookup_order", LO)],
+    ),
+    (
         "hermes-close-tag-inside-a-json-string",
         '<tool_call>\n{"name": "create_ticket", "arguments": {"title": "Use <tool_call> and '
         '</tool_call> tags", "priority": 1}}\n</tool_call>',
@@ -212,6 +226,26 @@ CASES: list[tuple[str, str, str, Calls]] = [
         '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}, {"name": "refresh_cache"}]',
         "",
         [("lookup_order", {"order_id": "C-3"}), ("refresh_cache", {})],
+    ),
+    (
+        # The reply ends after a whole call without the list's ']'
+        # (Ollama's tools/tools_test.go "list partial").
+        "bare-json-list-unclosed",
+        '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}, {"name": "refresh_cache"}',
+        "",
+        [("lookup_order", {"order_id": "C-3"}), ("refresh_cache", {})],
+    ),
+    (
+        "bare-json-list-unclosed-then-prose",
+        '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}\nThat is the shape.',
+        '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}\nThat is the shape.',
+        [],
+    ),
+    (
+        "bare-json-list-a-bracket-too-many",
+        '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}]\n]',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
     ),
     (
         "bare-json-fenced",
@@ -414,3 +448,10 @@ def test_calls_have_ids_and_indexes() -> None:
     )
     assert len({c["id"] for c in a.tool_calls}) == 2
     assert all(c["type"] == "function" for c in a.tool_calls)
+
+
+def test_an_unclosed_list_cut_by_the_token_limit_is_no_call() -> None:
+    """At a ``length`` cut, a list whose ']' never came may have lost its
+    next call: cut off as a whole, not run in part."""
+    text = '[{"name": "lookup_order", "arguments": {"order_id": "C-3"}}'
+    assert check_split_invariant(text, finish="length") == ("", "", [], "length")

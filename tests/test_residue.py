@@ -62,6 +62,7 @@ STRIPPED: list[tuple[str, str, str, str]] = [
     ("mistral args", "text[ARGS]", "text", "special_token"),
     ("mistral call id", "a[CALL_ID]b", "ab", "special_token"),
     ("mistral inst", "[/INST]Hello", "Hello", "special_token"),
+    ("mistral closing tool_calls", "Done.[/TOOL_CALLS]", "Done.", "special_token"),
     ("eos", "All done.</s>", "All done.", "special_token"),
     ("gemma", "Fine.<end_of_turn>", "Fine.", "special_token"),
     ("closing tool_call", "Here you go.</tool_call>", "Here you go.", "wrapper_tag"),

@@ -104,14 +104,37 @@ class BareJson(Format):
     def closer_after(self, marker: str) -> str:
         """Llama 3 writes parallel calls as JSON objects joined by ``;``
         (``{…}; {…}``, as vLLM's Llama 3 JSON parser reads them): the
-        ``;`` after a call goes, so the next object starts a call."""
-        return ";"
+        ``;`` after a call goes, so the next object starts a call. After a
+        list of calls, a second ``]`` is a bracket too many (``[{…}]]``)."""
+        return "]" if marker == "[" else ";"
 
     def partial_is_call(self, region: str, tools: Mapping[str, ToolSpec]) -> bool:
         return names_an_offered_tool(region, tools)
 
+    def is_complete(self, region: str) -> bool:
+        """A list whose ``]`` never came is not whole at a ``length`` cut:
+        the next call may have been cut off before it began."""
+        return _unclosed_list(region) is None
+
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-        return json_calls(region, siblings=False)
+        calls = json_calls(region, siblings=False)
+        if calls is None:
+            closed = _unclosed_list(region)
+            if closed is not None:
+                # The reply ended after a whole call, without the list's
+                # ``]`` (``[{…}`` then the end): the calls are whole.
+                calls = json_calls(closed, siblings=False)
+        return calls
+
+
+def _unclosed_list(region: str) -> str | None:
+    """``region`` closed with ``]`` when it is a list that ends after a
+    whole element (``[{…}``, ``[{…}, {…}``) but was never closed; else None.
+    Only the end of the stream leaves a region so."""
+    s = region.strip()
+    if not (s.startswith("[") and s.endswith("}")) or Balanced().feed(s) is not None:
+        return None
+    return s + "]"
 
 
 FORMATS: list[Format] = [BareJson()]

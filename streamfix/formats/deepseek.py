@@ -9,7 +9,9 @@ LINE ``｜`` and LOWER ONE EIGHTH BLOCK ``▁``):
 - opener spellings llama.cpp accepts because R1 distills write them
   (``common/chat.cpp`` DeepSeek R1 handler): ``<｜tool_calls_begin｜>``,
   ``<｜tool calls begin｜>``, ``<｜tool\\_calls\\_begin｜>``, ``<｜tool▁calls｜>``;
-  the same separators are accepted in every token here. A call without the
+  the same separators are accepted in every token here, and ASCII bars with
+  ``▁`` (``<|tool▁calls▁begin|>``, a hand-written template's spelling in
+  Ollama's tool-parser tests). A call without the
   section tokens (``<｜tool▁call▁begin｜>…<｜tool▁call▁end｜>``) is one region.
 - V3.2 DSML: ``<｜DSML｜function_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter
   name="k" string="true">v</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>``,
@@ -50,7 +52,14 @@ _SEPS = ("▁", "_", " ", "\\_")
 
 
 def _spellings(*words: str) -> tuple[str, ...]:
-    return tuple("<｜" + sep.join(words) + "｜>" for sep in _SEPS)
+    """The token in each spelling, and with ASCII bars as a template
+    written by hand spells it (``<|tool▁calls▁begin|>``, Ollama's
+    tool-parser tests): only with ``▁``, which no other family writes
+    (Kimi's ``<|tool_call_begin|>`` is its own)."""
+    return (
+        *("<｜" + sep.join(words) + "｜>" for sep in _SEPS),
+        "<|" + "▁".join(words) + "|>",
+    )
 
 
 CALLS_BEGIN = (*_spellings("tool", "calls", "begin"), "<｜tool▁calls｜>")

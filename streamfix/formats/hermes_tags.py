@@ -28,9 +28,22 @@ from typing import ClassVar
 from ..spec import ToolSpec
 from ..toolargs import INVALID, parse_value
 from .base import UNREADABLE, EndFinder, Format, RawCall, Residue, calls_from_value, lead_shape
-from .scan import TOOL_CALL_OPEN, FirstNonBlank, UntilMarker, split_values, tool_call_end
+from .scan import TOOL_CALL_OPEN, Balanced, FirstNonBlank, UntilMarker, split_values, tool_call_end
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.S)
+
+
+def _before_extra_closers(body: str) -> str | None:
+    """The value ``body`` starts with when only closing brackets follow it
+    (``{"name": "f", "arguments": {}}}``: a brace too many, as small models
+    write one, inside call markup that says it is a call); else None."""
+    end = Balanced().feed(body)
+    if end is None or end <= 0:
+        return None
+    rest = body[end:].strip()
+    if not rest or rest.strip("}]"):
+        return None
+    return body[:end]
 
 
 def json_calls(body: str, siblings: bool = True) -> list[RawCall] | None:
@@ -47,6 +60,11 @@ def json_calls(body: str, siblings: bool = True) -> list[RawCall] | None:
     value = parse_value(body)
     if value is not INVALID:
         return calls_from_value(value, siblings)
+    head = _before_extra_closers(body)
+    if head is not None:
+        value = parse_value(head)
+        if value is not INVALID:
+            return calls_from_value(value, siblings)
     parts = split_values(body)
     if parts is None and siblings:
         # One JSON object per line (MiniMax M1's <tool_calls>): a line that

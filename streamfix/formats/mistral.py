@@ -175,11 +175,15 @@ REASONING_MODELS = (r"magistral",)
 
 #: The bracketed control tokens of Mistral's tokenizers (v3+, tekken), and
 #: ``</s>``, the end-of-sequence token of its (and Llama 2's) templates.
+#: ``[/TOOL_CALLS]`` is no token of theirs, but a template written by hand
+#: closes the call list with it (Ollama's tool-parser tests), and a model
+#: served so copies it after its calls.
 RESIDUE: list[Residue] = [
     Residue(
         wrappers=("s",),
         brackets=(
             "TOOL_CALLS",
+            "/TOOL_CALLS",
             "ARGS",
             "CALL_ID",
             "TOOL_RESULTS",

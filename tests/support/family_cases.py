@@ -256,6 +256,15 @@ CASES: list[Case] = [
         after="<｜end▁of▁sentence｜>",
     ),
     Case(
+        # ASCII bars, as a template written by hand spells the tokens
+        # (Ollama's tools/tools_test.go).
+        "deepseek-v3-ascii-bars",
+        DS,
+        '<|tool▁calls▁begin|><|tool▁call▁begin|>function<|tool▁sep|>lookup_order\n```json\n{"order_id": "F-6"}\n```<|tool▁call▁end|><|tool▁calls▁end|>',
+        [("lookup_order", LO)],
+        after="<|end▁of▁sentence|>",
+    ),
+    Case(
         "deepseek-v3-two-calls",
         DS,
         '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup_order\n```json\n{"order_id": "F-6"}\n```<｜tool▁call▁end｜>\n'
