@@ -457,9 +457,9 @@ KNOWN_OLLAMA_MISC: dict[str, str] = {
         " read_file/write_file/edit_file/web_fetch to an offered read/write/edit/webfetch"
     ),
     "ollama/laguna/duplicated-nested-call": (
-        "open: a call opened again before its close ('<tool_call>skill\\n{…}\\n<tool_call>skill"
-        "\\n{…}</tool_call>', the same call twice) does not read and goes out as text; Ollama's"
-        " Laguna parser keeps the first and drops the repeat"
+        "open: call opened twice: a call opened again before its close ('<tool_call>skill\\n{…}"
+        "\\n<tool_call>skill\\n{…}</tool_call>', the same call twice) does not read and goes"
+        " out as text; Ollama's Laguna parser keeps the first and drops the repeat"
     ),
     "ollama/laguna/think-off-block": _O_THINK_OFF_KEPT,
     "ollama/laguna/think-off-block-then-call": _O_THINK_OFF_KEPT,
