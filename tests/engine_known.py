@@ -448,3 +448,75 @@ KNOWN_OLLAMA_TOOLS: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_TOOLS)
+
+
+# --- Ollama misc (tests/data/engine_cases_ollama_misc.json) ---------------
+#
+# Harmony (harmony/harmonyparser_test.go), Ministral 3, Olmo 3 (Instruct and
+# Think), Laguna (model/parsers/*_test.go).
+
+_O_BLANK_AFTER_WORD = (
+    "open: whitespace: the blanks between a word and a [TOOL_CALLS] that follows it stay in"
+    " the content (only blanks after a sentence's end or an introduction are held as layout"
+    " before a call: holding every blank after a word would cost a rebuilt chunk each,"
+    " transforms/detect.py); Ollama's Ministral parser trims them"
+)
+_O_THINK_AFTER_TEXT = (
+    "open: reasoning after text: a [THINK]…[/THINK] section after the answer began stays in"
+    " the content as written (only a section at the reply's start is reasoning); Ollama's"
+    " Ministral parser moves it to thinking and glues the text around it"
+)
+_O_THINK_OFF_KEPT = (
+    "better: reasoning kept apart: with thinking off (Laguna's default), the <think>…</think>"
+    " block the model still wrote goes to reasoning_content, the answer alone to content;"
+    " Ollama's Laguna parser discards the block"
+)
+_O_TRAILING_BLANKS = (
+    "open: whitespace: the newline(s) that end the answer are the model's text, passed on as"
+    " written (no markup follows them); Ollama's Laguna parser trims the reply's end"
+)
+
+KNOWN_OLLAMA_MISC: dict[str, str] = {
+    "ollama/harmonyparser/streaming-implicit-unknown-channel": (
+        "open: harmony header: '<|channel|>thinking<|message|>' names no Harmony channel; its"
+        " tokens are stripped and the word 'thinking' is left glued to the text"
+        " ('thinkingProcessing request'); Ollama's handler drops the header"
+    ),
+    "ollama/harmonyparser/header-extra-token-after-recipient": (
+        "open: harmony header: a word after the recipient ('to=functions.get_weather"
+        " abc<|channel|>analysis') is not read as the call's header: the analysis channel after"
+        " it opens reasoning and the call is lost; Ollama's parser ignores the extra word"
+    ),
+    "ollama/ministral/content-before-call": _O_BLANK_AFTER_WORD + " ('hello ' not 'hello')",
+    "ollama/ministral/blanks-before-call": _O_BLANK_AFTER_WORD + " ('content \\n ')",
+    "ollama/ministral/tabs-before-call": _O_BLANK_AFTER_WORD + " ('content\\t\\n\\t')",
+    "ollama/ministral/nbsp-before-call": _O_BLANK_AFTER_WORD + " ('content\\xa0')",
+    "ollama/ministral/blanks-before-think": _O_THINK_AFTER_TEXT + " ('contentafter')",
+    "ollama/ministral/content-then-think": _O_THINK_AFTER_TEXT + " ('contentmore')",
+    "ollama/ministral/think-close-fakeout": _UNCLOSED_ANSWER,
+    "ollama/olmo3-think/thinking-whitespace": (
+        "better: whitespace: the blanks at both ends of the reasoning are layout, trimmed"
+        " ('Some thinking'); Ollama's Olmo 3 Think parser trims only its end ('  Some thinking')"
+    ),
+    "ollama/laguna/name-alias": (
+        "open: tool aliases: a call to read_file when only read is offered is a call to a tool"
+        " not offered, stripped (stripped.unoffered_call); Ollama's Laguna parser maps"
+        " read_file/write_file/edit_file/web_fetch to an offered read/write/edit/webfetch"
+    ),
+    "ollama/laguna/duplicated-nested-call": (
+        "open: call opened twice: a call opened again before its close ('<tool_call>skill\\n{…}"
+        "\\n<tool_call>skill\\n{…}</tool_call>', the same call twice) does not read and goes"
+        " out as text; Ollama's Laguna parser keeps the first and drops the repeat"
+    ),
+    "ollama/laguna/think-off-block": _O_THINK_OFF_KEPT,
+    "ollama/laguna/think-off-block-then-call": _O_THINK_OFF_KEPT,
+    "ollama/laguna/think-false-block": _O_THINK_OFF_KEPT,
+    "ollama/laguna/think-false-lone-close": _O_TRAILING_BLANKS + " ('Tokyo\\n')",
+    "ollama/laguna/think-true-lone-close": _O_TRAILING_BLANKS + " ('Tokyo\\n')",
+    "ollama/laguna/think-default-lone-close": _O_TRAILING_BLANKS + " ('Tokyo\\n')",
+    "ollama/laguna/think-false-trailing-blanks": _O_TRAILING_BLANKS + " ('Hello there.\\n\\n')",
+    "ollama/laguna/think-true-untagged": _UNCLOSED_ANSWER,
+    "ollama/laguna/think-true-after-user": _UNCLOSED_ANSWER,
+}
+
+KNOWN.update(KNOWN_OLLAMA_MISC)

@@ -40,3 +40,13 @@ def test_given_back_is_the_body() -> None:
         "<|channel|>commentary to=functions.x"
     )
     assert MAX_TEXT_BODY >= 1024
+
+
+def test_the_recipient_as_the_role_is_a_call() -> None:
+    # The reference parser reads a role that starts with to= as the
+    # recipient (Ollama harmony/harmonyparser_test.go, TestHeaderParsing).
+    text = (
+        "<|start|>to=functions.lookup_order<|channel|>analysis<|message|>"
+        '{"order_id": "A-1"}<|call|>'
+    )
+    assert check_split_invariant(text, REQUEST) == ("", "", [A1], "tool_calls")

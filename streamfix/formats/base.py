@@ -110,6 +110,10 @@ class Reasoning:
       model's reply then begins with when it skips the reasoning
       (HyperCLOVA X 14B's ``\n`` with thinking off): the blanks that begin
       a reply with no markup at its start are layout, dropped;
+    - ``closed_off``: with thinking switched off the template writes the
+      close in the prompt (Laguna's ``</think>``), and the model may write
+      it again: a close that begins such a reply is that echo, markup
+      (else, with thinking off, a close is the answer's text);
     - ``models``: regular expressions (case-insensitive, no groups) of the
       models whose replies use this markup, when it is words other replies
       may start with (Granite's "Here is my thought process:"): it then
@@ -127,6 +131,7 @@ class Reasoning:
     repeats: bool = False
     calls_apart: bool = False
     blank_first: bool = False
+    closed_off: bool = False
     models: tuple[str, ...] = ()
 
 

@@ -52,13 +52,16 @@ def _spelled(*headers: str) -> tuple[str, ...]:
 
 
 #: Where a message's recipient is written: in the channel, or in the role
-#: header (``<|start|>assistant to=…``).
+#: header (``<|start|>assistant to=…``), or as the role itself
+#: (``<|start|>to=…``: the reference parser reads a role that starts with
+#: ``to=`` as the recipient; Ollama's ``harmony/harmonyparser_test.go``).
 _TO = _spelled(
     "<|channel|>commentary to=",
     "<|channel|>analysis to=",
     "<|start|>assistant to=",
     "<|start|>assistant<|channel|>commentary to=",
     "<|start|>assistant<|channel|>analysis to=",
+    "<|start|>to=",
 )
 
 #: gpt-oss's built-in tools (the harmony format's ``browser``, ``python``

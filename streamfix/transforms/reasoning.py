@@ -602,9 +602,12 @@ class ReasoningSplitter:
     def _first_marker(self, s: str, hold: int) -> re.Match[str] | None:
         """The first markup in the held start of a reply that decides it:
         not in code (after text), not a close when thinking is off (the
-        answer's text), and, when the request switched thinking on, not an
-        open within the hold of a family that does not repeat (reasoning
-        the prompt opened may name ``<think>``: its close still ends it)."""
+        answer's text; but one that begins the reply of a family whose
+        template closes the reasoning then, ``Reasoning.closed_off``, is
+        the template's close written again), and, when the request switched
+        thinking on, not an open within the hold of a family that does not
+        repeat (reasoning the prompt opened may name ``<think>``: its close
+        still ends it)."""
         table = self._m.start
         m = table.pattern.search(s, max(0, self._searched - table.longest))
         while m is not None:
@@ -614,8 +617,12 @@ class ReasoningSplitter:
                 pass  # markup in code is text
             elif after_text and self._in_call_head(s, m.start()):
                 pass  # a call's own header (Harmony's to=NAME<|channel|>…)
-            elif kind == _CLOSE and self.ctx.thinking is False:
-                pass
+            elif (
+                kind == _CLOSE
+                and self.ctx.thinking is False
+                and not (family.closed_off and not after_text)
+            ):
+                pass  # the answer's text (not a ``closed_off`` family's echo at the start)
             elif not (
                 after_text
                 and m.start() < hold
