@@ -40,9 +40,11 @@ _NAME = re.compile(r"[\w.:/-]+")
 class LagunaUser(Format):
     name: ClassVar[str] = "laguna_user"
     markers: ClassVar[tuple[str, ...]] = (OPEN,)
-    #: ``<user>`` is also a transcript's tag: a body that does not read as
-    #: a call to an offered tool is text, released as written.
-    wrapped: ClassVar[bool] = False
+    #: ``<user>`` is also a transcript's tag: the head decides at once
+    #: (``body_shape``, asked of wrapped formats only), and a call to a tool
+    #: not offered is text, as written.
+    wrapped: ClassVar[bool] = True
+    unoffered_is_markup: ClassVar[bool | None] = False
     priority: ClassVar[int] = 120
 
     def end_finder(self, marker: str) -> EndFinder:
