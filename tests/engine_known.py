@@ -520,3 +520,72 @@ KNOWN_OLLAMA_MISC: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_MISC)
+
+
+# --- Ollama qwen (tests/data/engine_cases_ollama_qwen.json) -----------------
+#
+# Ollama's Qwen3, Qwen3-Coder, Qwen3.5 and Qwen3-VL parsers.
+
+_OLLAMA_DOUBLED_OPEN = (
+    "better: doubled open: the model's own <think> at the start of the reasoning the prompt"
+    " opened is markup, dropped (Ollama's own Qwen3.5 parser strips one such tag); Ollama's"
+    " Qwen3-VL parser keeps '<think>' in the reasoning text"
+)
+_OLLAMA_NULL = (
+    "better: values: the word null is null only for a parameter whose schema admits null"
+    " (toolargs.convert_value); else the model's text is passed on as written (a string"
+    " parameter keeps its text; for another type the client's validation sees what the model"
+    " wrote); Ollama's Qwen3-Coder parser turns any null, NULL into null, which the schema"
+    " does not allow either"
+)
+_OLLAMA_NESTED_OPEN = _open(
+    "nested open in prompt-opened reasoning",
+    "with no thinking switch, a reply to a model whose template opens the reasoning"
+    " (qwen3-vl:8b-thinking) that writes text, then its own <think>, then </think> within the"
+    " hold is read as answer text, tags and all, as for a DeepSeek-R1 request"
+    " (tests/test_reasoning.py expects 'Hi <think>aside</think> there' to stay text); with"
+    " the switch on it splits as Ollama does (all before the first close is reasoning).",
+)
+
+KNOWN_OLLAMA_QWEN: dict[str, str] = {
+    # names: a quoted name is the name without its quotes
+    **{
+        f"ollama/{stem}/{name}": (
+            "better: names: a call's name written in quotes (<function=\"get current"
+            ' temperature">, or quotes inside the JSON string) is the name without them, and'
+            " so the tool the client declared (a tool name cannot hold quotes); Ollama returns"
+            " the quotes in the name, which names no tool"
+        )
+        for stem, name in (
+            ("qwen3coder_test", "names-with-quotes"),
+            ("qwen3vl_nonthinking_test", "json-names-with-quotes"),
+            ("qwen3vl_thinking_test", "json-names-with-quotes"),
+        )
+    },
+    "ollama/qwen3coder_test/value-null-value-lowercase": _OLLAMA_NULL + " (a 'string' parameter)",
+    "ollama/qwen3coder_test/value-null-value-case-insensitive": _OLLAMA_NULL
+    + " (NULL for an 'integer' parameter)",
+    "ollama/qwen3coder_test/value-invalid-boolean-falls-back-to-false": (
+        "better: values: 'yes' for a 'boolean' parameter is no boolean and is passed on as"
+        " written; Ollama's Qwen3-Coder parser makes any such text false, which may invert"
+        " what the model meant"
+    ),
+    # Qwen3-VL instruct (no reasoning): think tags in its reply
+    "ollama/qwen3vl_nonthinking_test/simple-thinking": _STRAY_CLOSE,
+    "ollama/qwen3vl_nonthinking_test/thinking-with-split-tags": _STRAY_CLOSE,
+    "ollama/qwen3vl_nonthinking_test/simple-trip-thinking": _THINK_PAIR,
+    "ollama/qwen3vl_nonthinking_test/interleaved-thinking": _THINK_PAIR
+    + " (the later </think>, after the answer began, stays text as the engine keeps it)",
+    # Qwen3-VL thinking (the prompt opened <think>)
+    "ollama/qwen3vl_thinking_test/simple-trip-thinking": _OLLAMA_DOUBLED_OPEN,
+    "ollama/qwen3vl_thinking_test/interleaved-thinking": _OLLAMA_DOUBLED_OPEN,
+    "ollama/qwen3vl_thinking_test/partial-thinking-tag-fakeout": _UNCLOSED_ANSWER
+    + " (the test stops feeding there without ending the stream; here the reply ends)",
+    "ollama/qwen3vl_thinking_test/multiple-think-tags": _OLLAMA_NESTED_OPEN,
+    "ollama/qwen3vl_thinking_test/nested-thinking-outside-thinking-inside-thinking": (
+        _OLLAMA_NESTED_OPEN
+    ),
+    "ollama/qwen3vl_thinking_test/test-with-split-thinking-and-content": _OLLAMA_NESTED_OPEN,
+}
+
+KNOWN.update(KNOWN_OLLAMA_QWEN)

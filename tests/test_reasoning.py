@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from streamfix.context import Context
 from streamfix.delta import Delta
+from streamfix.formats.registry import prompt_opening_models
 from streamfix.transforms.reasoning import UNOPENED_HOLD, ReasoningSplitter
 
 from .support.detectutil import check_split_invariant, result, run_parts, run_pieces
@@ -157,6 +158,26 @@ def test_hold_can_be_switched_off_by_an_option() -> None:
 def test_hold_only_for_requests_to_reasoning_models(request_: dict[str, object], hold: int) -> None:
     assert Context.of(request_, {}).reasoning_hold == hold
     assert Context.of(request_, {"unopened_reasoning_hold": 7}).reasoning_hold == 7
+
+
+@pytest.mark.parametrize(
+    ("model", "hold", "prompt_opens"),
+    [
+        ("qwen3:8b", UNOPENED_HOLD, False),  # hybrid thinking
+        ("qwen3:4b-instruct-2507", 0, False),
+        ("qwen3-vl:8b-instruct", 0, False),
+        ("qwen3-coder:30b", 0, False),
+        ("qwen3:4b-thinking-2507", UNOPENED_HOLD, True),
+        ("qwen3-vl:8b-thinking", UNOPENED_HOLD, True),
+        ("qwen3.5:9b", UNOPENED_HOLD, True),
+    ],
+)
+def test_ollama_tags_name_the_qwen3_releases(model: str, hold: int, prompt_opens: bool) -> None:
+    """An Ollama tag puts the size before the release (``qwen3-vl:8b-instruct``):
+    an instruct model's reply is not held, a thinking one's starts inside
+    the reasoning its template opened."""
+    assert Context.of({**SHAPES_REQUEST, "model": model}, {}).reasoning_hold == hold
+    assert (prompt_opening_models().search(model) is not None) is prompt_opens
 
 
 def test_an_ordinary_reply_is_not_delayed() -> None:

@@ -210,12 +210,14 @@ class QwenXml(Format):
 FORMATS: list[Format] = [QwenXml()]
 
 #: Qwen3 reasons by default (hybrid thinking), not its Coder and
-#: Instruct-2507 releases.
-REASONING_MODELS = (r"qwen3(?![\w.]*-coder)(?![\w.-]*instruct)",)
+#: Instruct-2507 releases (the size may stand in a tag: Ollama's
+#: ``qwen3:4b-instruct-2507``, ``qwen3-vl:8b-instruct``).
+REASONING_MODELS = (r"qwen3(?![\w.]*-coder)(?![\w.:-]*instruct)",)
 
 #: Qwen3-Coder's (and Llama's) ``<function=…>`` and ``<parameter=…>`` tags.
 RESIDUE: list[Residue] = [Residue(wrappers=("function", "parameter"))]
 
-#: Qwen3.5 and later, and the Qwen3 "Thinking" releases: the template opens
-#: ``<think>`` in the prompt (llama.cpp's Qwen3.5 handler).
-PROMPT_OPENS_MODELS = (r"qwen3\.[5-9]", r"qwen[4-9]", r"qwen3[\w.-]*thinking")
+#: Qwen3.5 and later, and the Qwen3 "Thinking" releases (also as an Ollama
+#: tag: ``qwen3-vl:8b-thinking``): the template opens ``<think>`` in the
+#: prompt (llama.cpp's Qwen3.5 handler).
+PROMPT_OPENS_MODELS = (r"qwen3\.[5-9]", r"qwen[4-9]", r"qwen3[\w.:-]*thinking")
