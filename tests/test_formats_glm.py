@@ -62,3 +62,34 @@ def test_a_call_written_json_escaped() -> None:
         [("todo_write", {"todos": [{"id": "1", "task": "a"}]})],
         "tool_calls",
     )
+
+
+# Ollama's GLM parser tests (model/parsers/glm46_test.go): a value's lost
+# close before the next pair, and a reply that stops inside the close.
+
+
+def test_a_value_that_lost_its_close_before_the_next_pair() -> None:
+    text = (
+        "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>3<arg_key>b</arg_key>\n"
+        "<arg_value>4</arg_value></tool_call>"
+    )
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("multiply", {"a": 3, "b": 4})],
+        "tool_calls",
+    )
+
+
+def test_an_undeclared_pair_inside_an_unclosed_value_stays_its_text() -> None:
+    text = (
+        "<tool_call>todo_write\n<arg_key>todos</arg_key>\n<arg_value>[]<arg_key>x</arg_key>"
+        "<arg_value>1</arg_value></tool_call>"
+    )
+    _, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [("todo_write", {"todos": "[]<arg_key>x</arg_key><arg_value>1"})]
+
+
+def test_a_reply_that_stops_inside_the_close() -> None:
+    text = "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>3</arg_value></tool_"
+    assert check_split_invariant(text, REQUEST) == ("", "", [("multiply", {"a": 3})], "tool_calls")
