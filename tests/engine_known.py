@@ -411,9 +411,10 @@ KNOWN.update(KNOWN_VLLM_TOOLS_A)
 KNOWN_OLLAMA_GLM: dict[str, str] = {
     **{
         f"ollama/glm46/{name}": _GIVEN_BACK
-        + " (here a GLM call the reply ends inside, before a name or a value is whole;"
+        + " (here a GLM call the reply ends inside, before a name, a value or a required"
+        " argument is whole;"
         " Ollama's parser returns an error at the end, so the request fails)"
-        for name in ("done-partial-name", "done-cut-value")
+        for name in ("done-partial-name", "done-cut-value", "done-missing-required")
     },
     "ollama/cohere/garbage-action": _GIVEN_BACK + " (here '[!!!]' in a Cohere action block)",
     **{
@@ -442,12 +443,6 @@ KNOWN_OLLAMA_GLM: dict[str, str] = {
         "the blanks between a word and a call ('content\\n  \\t  <tool_call>…') go out at once"
         " (only blanks after a sentence's end are held as layout, detect._layout_after: holding"
         " every blank after a word would cost a rebuilt chunk each); Ollama trims them",
-    ),
-    "ollama/glm46/done-missing-required": _open(
-        "unclosed call missing a required argument",
-        "a GLM call the reply ends inside (no </tool_call>, finish stop) whose last pair is whole"
-        " is lifted even when a required argument ('content' of write) never came; Ollama's"
-        " parser refuses it (the call may have been cut)",
     ),
     "ollama/glm46/special-keys": _open(
         "argument names with markup",

@@ -93,3 +93,28 @@ def test_an_undeclared_pair_inside_an_unclosed_value_stays_its_text() -> None:
 def test_a_reply_that_stops_inside_the_close() -> None:
     text = "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>3</arg_value></tool_"
     assert check_split_invariant(text, REQUEST) == ("", "", [("multiply", {"a": 3})], "tool_calls")
+
+
+def test_a_reply_that_ends_inside_a_call_before_a_required_argument() -> None:
+    request = {
+        **REQUEST,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "write",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                        "required": ["path", "content"],
+                    },
+                },
+            }
+        ],
+    }
+    text = "<tool_call>write\n<arg_key>path</arg_key>\n<arg_value>out.txt</arg_value>"
+    content, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [] and content == text  # not run: given back
+    whole = text + "\n<arg_key>content</arg_key>\n<arg_value>hi</arg_value>"
+    _, _, calls, _ = check_split_invariant(whole, request)
+    assert calls == [("write", {"path": "out.txt", "content": "hi"})]

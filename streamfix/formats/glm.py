@@ -215,6 +215,11 @@ class Glm(Format):
         if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
             body += "</arg_value>"  # the last value's close lost (vLLM #57826)
         calls = kv_calls(body, tools, exact=True)
+        if calls and not closed and not _has_required(calls[0], tools):
+            # The reply ended inside the call before a required argument came
+            # (Ollama's GLM parser refuses it): it may have been cut, and run
+            # so it could do what the model had not finished asking.
+            return None
         if calls is None and ("\\n" in body or '\\"' in body):
             # The whole call written JSON-escaped (a literal \n between the
             # tags, \" in the values), as SGLang's GLM 4.5 test has it.
@@ -224,6 +229,15 @@ class Glm(Format):
                 return None
             calls = kv_calls(unescaped.strip(), tools, exact=True)
         return calls
+
+
+def _has_required(call: RawCall, tools: Mapping[str, ToolSpec]) -> bool:
+    """Whether ``call`` gives every argument its tool requires."""
+    name = resolve_name(call.name, tools)
+    required = tools[name].parameters.get("required") if name else None
+    if not isinstance(required, list) or not isinstance(call.arguments, dict):
+        return True
+    return all(k in call.arguments for k in required if isinstance(k, str))
 
 
 def _close_begun(body: str) -> int:
