@@ -444,12 +444,6 @@ KNOWN_OLLAMA_GLM: dict[str, str] = {
         " (only blanks after a sentence's end are held as layout, detect._layout_after: holding"
         " every blank after a word would cost a rebuilt chunk each); Ollama trims them",
     ),
-    "ollama/glm46/special-keys": _open(
-        "argument names with markup",
-        "keys holding '<' or '>' ('param<1>', 'x>y') are not read (a GLM key holds no '<', so a"
-        " lost </arg_key> is not swallowed); the call goes out as text. No real tool's"
-        " parameters are so named",
-    ),
 }
 
 KNOWN.update(KNOWN_OLLAMA_GLM)

@@ -118,3 +118,27 @@ def test_a_reply_that_ends_inside_a_call_before_a_required_argument() -> None:
     whole = text + "\n<arg_key>content</arg_key>\n<arg_value>hi</arg_value>"
     _, _, calls, _ = check_split_invariant(whole, request)
     assert calls == [("write", {"path": "out.txt", "content": "hi"})]
+
+
+def test_a_key_that_holds_angle_brackets() -> None:
+    request = {
+        **REQUEST,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"x<1>": {"type": "string"}, "a>b": {"type": "string"}},
+                    },
+                },
+            }
+        ],
+    }
+    text = (
+        "<tool_call>f\n<arg_key>x<1></arg_key>\n<arg_value>v</arg_value>\n"
+        "<arg_key>a>b</arg_key>\n<arg_value>w</arg_value></tool_call>"
+    )
+    _, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [("f", {"x<1>": "v", "a>b": "w"})]

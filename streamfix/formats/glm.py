@@ -121,7 +121,7 @@ def _lost_value_closes(
 
 @lru_cache(maxsize=8)
 def _next_pair_re(key: str, value: str) -> re.Pattern[str]:
-    return re.compile(rf"<{key}>([^<]*)</{key}>\s*<{value}>")
+    return re.compile(rf"<{key}>({_key_text(key, value)})</{key}>\s*<{value}>")
 
 
 _ASSIGN = re.compile(r"""\s*([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s"'<>]+)\s*""")
@@ -157,12 +157,18 @@ def _unglue(body: str, kc: str, tools: Mapping[str, ToolSpec]) -> tuple[str, str
     return best, f"<{kc[2:]}{k}{sep}{tail}"
 
 
+def _key_text(key: str, value: str) -> str:
+    """A key's text: anything but a key or value tag."""
+    return rf"(?:[^<]|<(?!/?{key}>|/?{value}>))*"
+
+
 @lru_cache(maxsize=8)
 def _pair_re(key: str, value: str) -> re.Pattern[str]:
-    # Keys hold no "<"; doubled key tags and a lost opening value tag are
-    # tolerated (vLLM PRs #54971, issue #49248).
+    # Keys hold no key or value tag (a "<" of their own, as in "x<1>", is
+    # text); doubled key tags and a lost opening value tag are tolerated
+    # (vLLM PRs #54971, issue #49248).
     return re.compile(
-        rf"\s*(?:<{key}>)+([^<]*)(?:</{key}>)+\s*"
+        rf"\s*(?:<{key}>)+({_key_text(key, value)})(?:</{key}>)+\s*"
         rf"(?:<{value}>(.*?)|((?:(?!<{value}>|<{key}>|</{key}>).)*?))</{value}>\s*",
         re.DOTALL,
     )
