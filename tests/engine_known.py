@@ -429,14 +429,14 @@ KNOWN_OLLAMA_GLM: dict[str, str] = {
     + " ('Second.' between two DeepSeek call sections; Ollama's parser reads on from the first"
     " section into the second and skips it)",
     "ollama/cogito/tool-outputs": (
-        "better: text kept: the text the model wrote inside DeepSeek's tool-output tokens is kept"
+        "better: text kept: the text the model wrote inside DeepSeek's tool-output tokens stays"
         " as content, the tokens removed, as Ollama's own DeepSeek-V3.1 parser keeps it; Ollama's"
         " Cogito parser drops it and the client gets an empty reply"
     ),
     "ollama/cogito/split-section-token": (
-        "better: a call whose section token was cut between two chunks is lifted (streamfix holds"
-        " a marker's start); Ollama's Cogito parser keeps it all as text, raw call markup shown"
-        " to the user"
+        "better: a marker cut between chunks: a call whose section token was cut between two"
+        " chunks is lifted (streamfix holds a marker's start); Ollama's Cogito parser keeps it all"
+        " as text, raw call markup shown to the user"
     ),
     "ollama/glm46/blank-before-call-trimmed": _open(
         "whitespace",
