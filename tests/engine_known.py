@@ -589,3 +589,49 @@ KNOWN_OLLAMA_QWEN: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_QWEN)
+
+
+# --- Ollama glm (tests/data/engine_cases_ollama_glm.json) -------------------
+#
+# Ollama's GLM-4.6 / 4.7, DeepSeek-V3.1, Cohere North, Cogito and Nemotron 3
+# Nano parser tests.
+
+KNOWN_OLLAMA_GLM: dict[str, str] = {
+    **{
+        f"ollama/glm46/{name}": _GIVEN_BACK
+        + " (here a GLM call the reply ends inside, before a name, a value or a required"
+        " argument is whole;"
+        " Ollama's parser returns an error at the end, so the request fails)"
+        for name in ("done-partial-name", "done-cut-value", "done-missing-required")
+    },
+    "ollama/cohere/garbage-action": _GIVEN_BACK + " (here '[!!!]' in a Cohere action block)",
+    **{
+        f"ollama/deepseek3/{name}": _GIVEN_BACK
+        + " (here a DeepSeek call without its separator or with arguments that are not JSON:"
+        " its text goes out without the tokens)"
+        for name in ("missing-sep", "invalid-json")
+    },
+    "ollama/deepseek3/partial-close-on": _UNCLOSED_ANSWER
+    + " (here 'Thinking content</th': Ollama also drops the partial close)",
+    "ollama/deepseek3/two-sections": _TEXT_AFTER_KEPT
+    + " ('Second.' between two DeepSeek call sections; Ollama's parser reads on from the first"
+    " section into the second and skips it)",
+    "ollama/cogito/tool-outputs": (
+        "better: text kept: the text the model wrote inside DeepSeek's tool-output tokens stays"
+        " as content, the tokens removed, as Ollama's own DeepSeek-V3.1 parser keeps it; Ollama's"
+        " Cogito parser drops it and the client gets an empty reply"
+    ),
+    "ollama/cogito/split-section-token": (
+        "better: a marker cut between chunks: a call whose section token was cut between two"
+        " chunks is lifted (streamfix holds a marker's start); Ollama's Cogito parser keeps it all"
+        " as text, raw call markup shown to the user"
+    ),
+    "ollama/glm46/blank-before-call-trimmed": _open(
+        "whitespace",
+        "the blanks between a word and a call ('content\\n  \\t  <tool_call>…') go out at once"
+        " (only blanks after a sentence's end are held as layout, detect._layout_after: holding"
+        " every blank after a word would cost a rebuilt chunk each); Ollama trims them",
+    ),
+}
+
+KNOWN.update(KNOWN_OLLAMA_GLM)

@@ -62,3 +62,83 @@ def test_a_call_written_json_escaped() -> None:
         [("todo_write", {"todos": [{"id": "1", "task": "a"}]})],
         "tool_calls",
     )
+
+
+# Ollama's GLM parser tests (model/parsers/glm46_test.go): a value's lost
+# close before the next pair, and a reply that stops inside the close.
+
+
+def test_a_value_that_lost_its_close_before_the_next_pair() -> None:
+    text = (
+        "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>3<arg_key>b</arg_key>\n"
+        "<arg_value>4</arg_value></tool_call>"
+    )
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("multiply", {"a": 3, "b": 4})],
+        "tool_calls",
+    )
+
+
+def test_an_undeclared_pair_inside_an_unclosed_value_stays_its_text() -> None:
+    text = (
+        "<tool_call>todo_write\n<arg_key>todos</arg_key>\n<arg_value>[]<arg_key>x</arg_key>"
+        "<arg_value>1</arg_value></tool_call>"
+    )
+    _, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [("todo_write", {"todos": "[]<arg_key>x</arg_key><arg_value>1"})]
+
+
+def test_a_reply_that_stops_inside_the_close() -> None:
+    text = "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>3</arg_value></tool_"
+    assert check_split_invariant(text, REQUEST) == ("", "", [("multiply", {"a": 3})], "tool_calls")
+
+
+def test_a_reply_that_ends_inside_a_call_before_a_required_argument() -> None:
+    request = {
+        **REQUEST,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "write",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                        "required": ["path", "content"],
+                    },
+                },
+            }
+        ],
+    }
+    text = "<tool_call>write\n<arg_key>path</arg_key>\n<arg_value>out.txt</arg_value>"
+    content, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [] and content == text  # not run: given back
+    whole = text + "\n<arg_key>content</arg_key>\n<arg_value>hi</arg_value>"
+    _, _, calls, _ = check_split_invariant(whole, request)
+    assert calls == [("write", {"path": "out.txt", "content": "hi"})]
+
+
+def test_a_key_that_holds_angle_brackets() -> None:
+    request = {
+        **REQUEST,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"x<1>": {"type": "string"}, "a>b": {"type": "string"}},
+                    },
+                },
+            }
+        ],
+    }
+    text = (
+        "<tool_call>f\n<arg_key>x<1></arg_key>\n<arg_value>v</arg_value>\n"
+        "<arg_key>a>b</arg_key>\n<arg_value>w</arg_value></tool_call>"
+    )
+    _, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [("f", {"x<1>": "v", "a>b": "w"})]

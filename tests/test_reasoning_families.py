@@ -53,6 +53,14 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         [],
     ),
     (
+        "cohere-north-prompt-opened",
+        "plan<|END_THINKING|><|START_TEXT|>answer<|END_TEXT|>",
+        req("CohereLabs/North-Mini-Code-1.0"),
+        "answer",
+        "plan",
+        [],
+    ),
+    (
         "seed-oss",
         "<seed:think>plan</seed:think>Hello",
         req("ByteDance-Seed/Seed-OSS-36B-Instruct"),

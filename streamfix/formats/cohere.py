@@ -15,9 +15,18 @@ from typing import Any, ClassVar
 
 from ..spec import ToolSpec
 from ._family import loads
-from .base import ABORT, EndFinder, Format, RawCall, Reasoning, Residue, calls_from_value
+from .base import (
+    ABORT,
+    UNREADABLE,
+    EndFinder,
+    Format,
+    RawCall,
+    Reasoning,
+    Residue,
+    calls_from_value,
+)
 from .fenced import FENCE, Fenced, FenceFinder
-from .scan import UntilMarker, skipped
+from .scan import UntilMarker, skipped, split_values
 
 OPEN = "<|START_ACTION|>"
 CLOSE = "<|END_ACTION|>"
@@ -42,8 +51,30 @@ class Cohere(Format):
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         if not region.startswith(OPEN):
             return None
-        value = loads(region[len(OPEN) :].strip().removesuffix(CLOSE))
-        return calls_from_value(_without_ids(value)) if value is not None else None
+        body = region[len(OPEN) :].strip().removesuffix(CLOSE).strip()
+        value = loads(body)
+        if value is None:
+            return _salvaged(body)
+        return calls_from_value(_without_ids(value))
+
+
+def _salvaged(body: str) -> list[RawCall] | None:
+    """The calls of an action list that does not read whole: sampled output
+    drops the comma between two call objects or writes a bad value in one
+    (Ollama's Cohere parser tests); each object is read alone, one that
+    does not read is ``UNREADABLE`` in its place. None when the list holds
+    anything but objects, or no object reads."""
+    if not (body.startswith("[") and body.endswith("]")):
+        return None
+    parts = split_values(body[1:-1])
+    if not parts or any(not p.startswith("{") for p in parts):
+        return None
+    calls: list[RawCall] = []
+    for part in parts:
+        value = loads(part)
+        got = calls_from_value(_without_ids(value)) if isinstance(value, dict) else None
+        calls.extend(got or [UNREADABLE])
+    return None if all(c is UNREADABLE for c in calls) else calls
 
 
 #: Command R+ writes its calls as ``Action:`` then a fenced JSON list
@@ -121,8 +152,10 @@ REASONING: list[Reasoning] = [
     )
 ]
 
-#: Command A Reasoning and the Cohere2 MoE models think by default.
-REASONING_MODELS = (r"command-a-reasoning", r"cohere2")
+#: Command A Reasoning and the Cohere2 MoE models think by default; the
+#: North models (``North-Mini-Code-1.0``) are Cohere2 MoE models named
+#: without it (Ollama's Cohere parser starts them inside the thinking).
+REASONING_MODELS = (r"command-a-reasoning", r"cohere2", r"\bnorth-(?:mini-)?code")
 
 #: Grounded answers mark each cited span ``<co>text</co: 0:[1,2],1:[3]>``
 #: (the document and snippet indexes): the text is the answer, the tags

@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from ..spec import ToolSpec
-from ._family import contiguous, strip_value, typed_value
+from ._family import _prop, contiguous, strip_value, typed_value
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, resolve_name
 from .scan import tool_call_end
 
@@ -83,6 +83,7 @@ def kv_calls(
         if glued is None:
             return None
         name, rest = glued
+    rest = _lost_value_closes(rest, tools, name, key, value)
     pairs = contiguous(_pair_re(key, value), rest)
     if not pairs:
         return None
@@ -92,6 +93,35 @@ def kv_calls(
         raw = p.group(2) if p.group(2) is not None else p.group(3)
         args[k] = typed_value(raw if exact else strip_value(raw), tools, name, k)
     return [RawCall(name, args)]
+
+
+def _lost_value_closes(
+    rest: str, tools: Mapping[str, ToolSpec], name: str, key: str, value: str
+) -> str:
+    """The pairs with the ``</arg_value>`` a value lost before the next pair
+    written back (``<arg_value>Paris<arg_key>unit</arg_key><arg_value>…``,
+    Ollama's GLM parser tests): a value's own text holds no ``<arg_value>``
+    without its close, so a pair of a declared parameter of the tool that
+    starts inside an unclosed value is the next pair."""
+    vo, vc = f"<{value}>", f"</{value}>"
+    if rest.count(vo) <= rest.count(vc):
+        return rest  # every value closed (the usual case): nothing to scan
+    out: list[str] = []
+    done = 0
+    for m in _next_pair_re(key, value).finditer(rest):
+        if _prop(tools, name, m.group(1).strip()) is None:
+            continue
+        opened = rest.rfind(vo, done, m.start())
+        if opened < 0 or vc in rest[opened : m.start()]:
+            continue
+        out += (rest[done : m.start()], vc)
+        done = m.start()
+    return "".join(out) + rest[done:] if out else rest
+
+
+@lru_cache(maxsize=8)
+def _next_pair_re(key: str, value: str) -> re.Pattern[str]:
+    return re.compile(rf"<{key}>({_key_text(key, value)})</{key}>\s*<{value}>")
 
 
 _ASSIGN = re.compile(r"""\s*([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s"'<>]+)\s*""")
@@ -127,12 +157,18 @@ def _unglue(body: str, kc: str, tools: Mapping[str, ToolSpec]) -> tuple[str, str
     return best, f"<{kc[2:]}{k}{sep}{tail}"
 
 
+def _key_text(key: str, value: str) -> str:
+    """A key's text: anything but a key or value tag."""
+    return rf"(?:[^<]|<(?!/?{key}>|/?{value}>))*"
+
+
 @lru_cache(maxsize=8)
 def _pair_re(key: str, value: str) -> re.Pattern[str]:
-    # Keys hold no "<"; doubled key tags and a lost opening value tag are
-    # tolerated (vLLM PRs #54971, issue #49248).
+    # Keys hold no key or value tag (a "<" of their own, as in "x<1>", is
+    # text); doubled key tags and a lost opening value tag are tolerated
+    # (vLLM PRs #54971, issue #49248).
     return re.compile(
-        rf"\s*(?:<{key}>)+([^<]*)(?:</{key}>)+\s*"
+        rf"\s*(?:<{key}>)+({_key_text(key, value)})(?:</{key}>)+\s*"
         rf"(?:<{value}>(.*?)|((?:(?!<{value}>|<{key}>|</{key}>).)*?))</{value}>\s*",
         re.DOTALL,
     )
@@ -177,9 +213,19 @@ class Glm(Format):
         body = region[len(OPEN) :].rstrip()
         closed = body.endswith(CLOSE)
         body = body.removesuffix(CLOSE).replace(HY_SEP, "\n", 1)
+        if not closed and (cut := _close_begun(body)):
+            # The reply stopped inside the close (``…</arg_value></tool_``,
+            # Ollama's GLM tests): the call is as whole as one whose close
+            # never came (at the token limit, ``is_complete`` says no).
+            body = body[:-cut].rstrip()
         if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
             body += "</arg_value>"  # the last value's close lost (vLLM #57826)
         calls = kv_calls(body, tools, exact=True)
+        if calls and not closed and not _has_required(calls[0], tools):
+            # The reply ended inside the call before a required argument came
+            # (Ollama's GLM parser refuses it): it may have been cut, and run
+            # so it could do what the model had not finished asking.
+            return None
         if calls is None and ("\\n" in body or '\\"' in body):
             # The whole call written JSON-escaped (a literal \n between the
             # tags, \" in the values), as SGLang's GLM 4.5 test has it.
@@ -189,6 +235,24 @@ class Glm(Format):
                 return None
             calls = kv_calls(unescaped.strip(), tools, exact=True)
         return calls
+
+
+def _has_required(call: RawCall, tools: Mapping[str, ToolSpec]) -> bool:
+    """Whether ``call`` gives every argument its tool requires."""
+    name = resolve_name(call.name, tools)
+    required = tools[name].parameters.get("required") if name else None
+    if not isinstance(required, list) or not isinstance(call.arguments, dict):
+        return True
+    return all(k in call.arguments for k in required if isinstance(k, str))
+
+
+def _close_begun(body: str) -> int:
+    """The length of the start of ``</tool_call>`` that ``body`` ends with,
+    after a value's close (0: none)."""
+    for k in range(len(CLOSE) - 1, 1, -1):
+        if body.endswith(CLOSE[:k]) and body[:-k].rstrip().endswith("</arg_value>"):
+            return k
+    return 0
 
 
 FORMATS: list[Format] = [Glm()]
