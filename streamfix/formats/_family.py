@@ -342,7 +342,9 @@ def strip_value(v: str) -> str:
     return v
 
 
-def _prop(tools: Mapping[str, ToolSpec], name: str, key: str) -> dict[str, Any] | None:
+def param_schema(tools: Mapping[str, ToolSpec], name: str, key: str) -> dict[str, Any] | None:
+    """The schema of the parameter ``key`` of the tool ``name`` (a prefixed
+    name too), or None when the tool or the parameter is not declared."""
     spec = tools.get(name) or tools.get(name.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
     if spec is None:
         return None
@@ -372,7 +374,7 @@ def union_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) ->
 
 
 def _types(tools: Mapping[str, ToolSpec], name: str, key: str) -> frozenset[str]:
-    prop = _prop(tools, name, key)
+    prop = param_schema(tools, name, key)
     return schema_types(prop) if prop is not None else frozenset()
 
 

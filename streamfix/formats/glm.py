@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from ..spec import ToolSpec
-from ._family import _prop, contiguous, strip_value, typed_value
+from ._family import contiguous, param_schema, strip_value, typed_value
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, resolve_name
 from .scan import tool_call_end
 
@@ -109,7 +109,7 @@ def _lost_value_closes(
     out: list[str] = []
     done = 0
     for m in _next_pair_re(key, value).finditer(rest):
-        if _prop(tools, name, m.group(1).strip()) is None:
+        if param_schema(tools, name, m.group(1).strip()) is None:
             continue
         opened = rest.rfind(vo, done, m.start())
         if opened < 0 or vc in rest[opened : m.start()]:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..spec import ToolSpec
-from ._family import _prop, contiguous, loads, typed_value
+from ._family import contiguous, loads, param_schema, typed_value
 from .base import EndFinder, Format, RawCall, Reasoning, call_from_object, lead_shape
 from .scan import UntilMarker
 
@@ -59,7 +59,7 @@ def _one(body: str, tools: Mapping[str, ToolSpec]) -> RawCall | None:
         if not key or key in args:
             return None
         declared = (p.group(2) or "").split("[", 1)[0].strip().lower()
-        if declared in _TEXT_TYPES and _prop(tools, name, key) is None:
+        if declared in _TEXT_TYPES and param_schema(tools, name, key) is None:
             args[key] = p.group(3)
         else:
             args[key] = typed_value(p.group(3), tools, name, key)
