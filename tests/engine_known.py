@@ -428,13 +428,6 @@ KNOWN_OLLAMA_GEMMA: dict[str, str] = {
         " block, is call markup: stripped and counted (stripped.unoffered_call), never shown to"
         " the user as raw XML; Ollama returns the block as the content"
     ),
-    "ollama/lfm2/direct-answer-call-thinking-on": _open(
-        "prompt-opened reasoning",
-        "thinking on, LFM2's template does not open <think> (the model writes it when it"
-        " reasons), but the switch makes the chain assume it did, so the sentence before a call"
-        " that ends the reply is read as reasoning; needs a per-family 'never prompt-opened'"
-        " fact for LFM2 models",
-    ),
     **{
         f"ollama/gemma4/{name}": _open(
             "unclosed string",
