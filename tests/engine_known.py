@@ -635,3 +635,60 @@ KNOWN_OLLAMA_GLM: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_GLM)
+
+
+# --- Ollama gemma (tests/data/engine_cases_ollama_gemma.json) ---------------
+#
+# Ollama's Gemma 4, FunctionGemma, LFM2 and Muse Glimmer parser tests.
+
+_KEPT_APART = (
+    "better: reasoning kept apart: with thinking switched off, the reasoning the model wrote"
+    " anyway goes to reasoning_content (the answer is the same; a client that asked for none"
+    " ignores the field); Ollama drops its text"
+)
+_PY_ESCAPES = (
+    "better: python string escapes: a pythonic call's string is a Python literal, so its"
+    " escapes are decoded as Python (and vLLM's and SGLang's parsers, through ast) read them;"
+    " Ollama's LFM2 parser keeps the backslashes as written"
+)
+
+KNOWN_OLLAMA_GEMMA: dict[str, str] = {
+    "ollama/gemma4/thinking-disabled-channel": _KEPT_APART,
+    "ollama/glimmer/thinking-off": _KEPT_APART + " (a to=self message)",
+    "ollama/lfm2/escaped-quote": _PY_ESCAPES + " (\\' is ')",
+    "ollama/lfm2/newline-escape": _PY_ESCAPES + " (\\n is a newline)",
+    "ollama/glimmer/undeclared-recipient": (
+        "better: unoffered call: a message to a tool the request did not offer, holding a call"
+        " block, is call markup: stripped and counted (stripped.unoffered_call), never shown to"
+        " the user as raw XML; Ollama returns the block as the content"
+    ),
+    **{
+        f"ollama/gemma4/{name}": _open(
+            "unclosed string",
+            "a Gemma 4 string whose closing <|\"|> never came ('command:<|\"|>ls}'): Ollama"
+            " closes it before the final '}' (issue 15315); the family table"
+            " (tests/support/family_cases.py, MARKUP) holds this very shape as no call, so it"
+            " is given back as text until the lead decides",
+        )
+        for name in ("repair-unclosed-string", "repair-unclosed-terminal-string")
+    },
+    "ollama/glimmer/control-token-text-in-value": _open(
+        "answer header in a call",
+        "'<|start|>assistant to=user<|message|>' written inside a parameter value is dropped by"
+        " the reasoning splitter (an answer header), which runs before the call detector and"
+        " does not know it is inside an <atem:function_calls> block",
+    ),
+    "ollama/glimmer/fumbled-user-recipient": _open(
+        "fumbled recipient",
+        "a to=user message that is nothing but a well-formed block for an offered tool stays"
+        " text (a block in the answer is text, as llama.cpp's tests require); Ollama lifts it"
+        " when the block is the whole message",
+    ),
+    "ollama/glimmer/implicit-boundary": _open(
+        "implicit message end",
+        "a to=self message not ended by <|eom|> before the next '<|start|>assistant to=TOOL'"
+        " header keeps the header and the block in the reasoning; the header should end it",
+    ),
+}
+
+KNOWN.update(KNOWN_OLLAMA_GEMMA)

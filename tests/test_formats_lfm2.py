@@ -46,3 +46,19 @@ def test_echo_after_needs_the_closed_region() -> None:
     fmt = Lfm2()
     assert fmt.echo_after(OPEN + BODY + CLOSE) == BODY + CLOSE
     assert fmt.echo_after(OPEN + BODY) == ""
+
+
+def test_thinking_on_the_prompt_opens_no_reasoning() -> None:
+    """LFM2 writes ``<think>`` itself when it reasons (Ollama's LFM2 parser
+    tests): thinking on, a sentence before a call is the answer's."""
+    req = {
+        **REQUEST,
+        "model": "lfm2.5-thinking:1.2b",
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    got = check_split_invariant("Let me look." + OPEN + BODY + CLOSE, req)
+    assert got[:3] == ("Let me look.", "", [A1])
+    got = check_split_invariant(
+        "<think>Which order?</think>Let me look." + OPEN + BODY + CLOSE, req
+    )
+    assert got[:3] == ("Let me look.", "Which order?", [A1])

@@ -95,6 +95,43 @@ def test_values_as_the_schema_says_and_spaces_kept() -> None:
     ]
 
 
+def test_a_message_token_slipped_into_the_invoke_name() -> None:
+    """Ollama's Glimmer tests: the model writes ``<|message|>`` in the name,
+    after it, or for the ``">`` that ends it; the call is the tool's."""
+    params = '<atem:parameter name="city">Paris</atem:parameter>\n'
+    for name in (
+        'get_weather<|message|>">\n',
+        "get_weather<|message|>",
+        'get_<|message|>weather">',
+        'get_weather<|message|><|message|>">',
+    ):
+        invoke = f'<atem:invoke name="{name}{params}</atem:invoke>'
+        block = f"<atem:function_calls>\n{invoke}\n</atem:function_calls>"
+        text = f" to=get_weather<|message|>{block}<|eot|>"
+        got = check_split_invariant(text, REQUEST)
+        assert got[:3] == ("", "", [("get_weather", {"city": "Paris"})]), name
+    # in a value it is the value's
+    block = BLOCK.replace(">Paris<", ">Paris <|message|> France<")
+    got = check_split_invariant(f" to=get_weather<|message|>{block}", REQUEST)
+    assert got[2] == [("get_weather", {"city": "Paris <|message|> France", "days": 3})]
+
+
+def test_a_header_without_its_recipient_holding_a_block() -> None:
+    """Ollama's Glimmer tests: the model leaves out the recipient, at the
+    reply's start (``<|message|>``) or after its reasoning
+    (``<|start|>assistant<|message|>``); a block of offered tools' calls is
+    the call, anything else is text."""
+    got = check_split_invariant(f"<|message|>{BLOCK}<|eom|>", REQUEST)
+    assert got[:3] == ("", "", [WEATHER])
+    text = f" to=self<|message|>Let me look.<|eom|><|start|>assistant<|message|>{BLOCK}<|eom|>"
+    assert check_split_invariant(text, REQUEST)[:3] == ("", "Let me look.", [WEATHER])
+    text = f"<|message|>{BLOCK}<|start|>assistant to=user<|message|>Done<|eot|>"
+    assert check_split_invariant(text, REQUEST)[:3] == ("Done", "", [WEATHER])
+    other = BLOCK.replace("get_weather", "other_tool")
+    assert check_split_invariant(f"<|message|>{other}", REQUEST)[:3] == (other, "", [])
+    assert check_split_invariant("<|message|>Hello.", REQUEST)[:3] == ("Hello.", "", [])
+
+
 def test_a_block_in_the_answer_is_text() -> None:
     text = f" to=user<|message|>You call it so:\n{BLOCK}<|eot|>"
     content, _, calls, _ = check_split_invariant(text, REQUEST)

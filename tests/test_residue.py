@@ -82,6 +82,7 @@ STRIPPED: list[tuple[str, str, str, str]] = [
     ("dsml closer", "Done.</｜DSML｜tool_calls>", "Done.", "special_token"),
     ("dsml closer, double bar", "Done.</｜｜DSML｜｜function_calls>", "Done.", "special_token"),
     ("gemma 4 closer", "ok<tool_call|>", "ok", "special_token"),
+    ("gemma 4 tool response", "ok<|tool_response>", "ok", "special_token"),
     ("functiongemma", "ok<end_function_call>", "ok", "special_token"),
     ("closing invoke", "ok</invoke>", "ok", "wrapper_tag"),
     ("closing minimax", "ok</minimax:tool_call>", "ok", "wrapper_tag"),

@@ -13,7 +13,10 @@ tokens are text (Gemma 4's template writes them there; the tokenizer maps
 them to the marker tokens): the region's end is looked for outside strings.
 
 Gemma 4 sometimes drifts to ``key='value'`` / ``key="value"`` (Ollama issue
-#17882): ``=`` after a key and quoted strings are read too.
+#17882): ``=`` after a key and quoted strings are read too. A call that
+does not read is mended once (Ollama issue 15315): a ``<|"|>`` left after
+a value quoted so is dropped, and a declared string property's value
+written without delimiters is read up to the next declared key.
 
 Gemma 3 itself has no call tokens: its ```` ```tool_code ```` fence is the
 core fenced format.
@@ -171,6 +174,59 @@ def parse_calls(body: str, quote: str) -> list[RawCall] | None:
     return calls or None
 
 
+def _repairs(body: str, quote: str) -> list[str]:
+    """``body`` with one string delimiter mended, when it has an odd number
+    of them (Ollama issue 15315): one left after a value the model quoted
+    with ``'``/``"`` (``pattern:'abc'<|"|>}``) is dropped. (A string never
+    closed, ``command:<|"|>ls}``, is not guessed at: no call.)"""
+    if body.count(quote) % 2 == 0:
+        return []
+    q = re.escape(quote)
+    dangling = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""" + q + r"(?=\s*[,}\]])")
+    return [body[: m.end(1)] + body[m.end() :] for m in dangling.finditer(body)]
+
+
+_LITERAL = re.compile(r"(?:-?\d|true\b|false\b|null\b)")
+
+
+def _raw_strings(body: str, quote: str, tools: Mapping[str, ToolSpec]) -> str | None:
+    """``body`` with the values of declared string properties that the
+    model wrote without delimiters put between them: from after the key to
+    the next declared key, or to the end of the call (whose ``}`` may be
+    missing too; Ollama issue 15315: ``call:write{content:\n\n# Title…``).
+    Only with the tool's schema; a value that opens as JSON is left alone."""
+    m = _CALL.match(body)
+    spec = tools.get(m.group(1)) if m else None
+    props = spec.parameters.get("properties") if spec else None
+    if not isinstance(props, dict) or not props:
+        return None
+    keys = re.compile(r"[{,]\s*(" + "|".join(re.escape(k) for k in props) + r")\s*:")
+    found = list(keys.finditer(body))
+    end = body.rstrip()
+    end = end[:-1] if end.endswith("}") else end
+    out, at, changed = [], 0, False
+    for i, k in enumerate(found):
+        stop = found[i + 1].start() if i + 1 < len(found) else len(end)
+        value = body[k.end() : stop]
+        head = value.lstrip()
+        prop = props.get(k.group(1))
+        if (
+            not isinstance(prop, dict)
+            or prop.get("type") != "string"
+            or not head
+            or head[0] in "{['\""
+            or head.startswith(quote)
+            or _LITERAL.match(head)
+            or quote in value
+        ):
+            continue
+        out.append(body[at : k.end()] + quote + value + quote)
+        at, changed = stop, True
+    if not changed:
+        return None
+    return "".join(out) + body[at : len(end)] + "}"
+
+
 class _GemmaTokens(Format):
     wrapped: ClassVar[bool] = True
     open: ClassVar[str]
@@ -190,7 +246,14 @@ class _GemmaTokens(Format):
         if not region.startswith(self.open):
             return None
         body = region[len(self.open) :].rstrip().removesuffix(self.close)
-        return parse_calls(body, self.quote)
+        calls = parse_calls(body, self.quote)
+        if calls is None:
+            raw = _raw_strings(body, self.quote, tools)
+            for mended in [*_repairs(body, self.quote), *([raw] if raw else [])]:
+                calls = parse_calls(mended, self.quote)
+                if calls:
+                    break
+        return calls
 
 
 class Gemma4(_GemmaTokens):
@@ -233,14 +296,16 @@ REASONING: list[Reasoning] = [
 ]
 
 #: Gemma's turn tokens and FunctionGemma's call tokens, written as words;
-#: a channel open left after the answer (its header with it).
+#: a channel open left after the answer (its header with it); Gemma 4's
+#: tool-response open, which the model may write after its call as the
+#: template does (Ollama's Gemma 4 parser drops it there).
 RESIDUE: list[Residue] = [
     Residue(
         words=("end_of_turn", "start_of_turn", "start_function_call", "end_function_call"),
         turn_ends=("<start_of_turn>user\n",),
     ),
     Residue(
-        tokens=(r"<\|channel>(?:thought)?",),
+        tokens=(r"<\|channel>(?:thought)?", r"<\|tool_response>"),
         partials=(r"<\|channel>(?:t(?:h(?:o(?:u(?:g(?:h)?)?)?)?)?)?\Z",),
     ),
 ]

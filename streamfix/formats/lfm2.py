@@ -47,3 +47,8 @@ class Lfm2(Format):
 
 
 FORMATS: list[Format] = [Lfm2()]
+
+#: LFM2's templates never open ``<think>`` in the prompt: with thinking on,
+#: the model writes it when it reasons and answers directly otherwise
+#: (Ollama's LFM2 parser waits for a leading ``<think>``).
+PROMPT_NEVER_OPENS_MODELS = (r"lfm-?2",)

@@ -16,6 +16,11 @@ message's header arrives as `` to=RECIPIENT<|message|>``. A block written
 inside the answer or the reasoning (``to=user``/``to=self``) is text, as
 llama.cpp's parser reads it: only a message to a tool is a call.
 
+The model may fumble a header (Ollama's Glimmer parser tests): a message
+with no recipient (``<|message|>`` first, or ``<|start|>assistant<|message|>``)
+holding nothing but a block of offered tools' calls is those calls, and a
+``<|message|>`` slipped into an invoke's name is dropped from it.
+
 The header ``<|start|>assistant to=`` is Harmony's too (``harmony.py``):
 this format is tried first and reads a body that is not a block as
 Harmony's finder does (a JSON value or a lone token), then leaves the
@@ -34,6 +39,11 @@ from .base import ABORT, EndFinder, Format, RawCall, Reasoning
 from .harmony import CALL, END, MESSAGE, Body, Harmony, _CallFinder
 
 START = "<|start|>assistant to="
+#: A header without its recipient: ``<|start|>assistant<|message|>``, or
+#: the reply's first message (``<|start|>assistant`` is in the prompt)
+#: starting at ``<|message|>``. Read only as a block of offered tools'
+#: calls (Ollama's Glimmer tests: the model fumbles the recipient).
+BARE = "<|start|>assistant" + MESSAGE
 #: Ends a message; the turn goes on (``<|eot|>`` ends it).
 EOM = "<|eom|>"
 EOT = "<|eot|>"
@@ -46,6 +56,13 @@ _HEAD = re.compile(r"[^\s<>|]+<")
 _HEAD_PREFIX = re.compile(r"[^\s<>|]*")
 _INVOKE = re.compile(r'<atem:invoke name="([^"<>]+)">(.*?)</atem:invoke>', re.DOTALL)
 _PARAM = re.compile(r'<atem:parameter name="([^"<>]+)">(.*?)</atem:parameter>', re.DOTALL)
+#: An invoke's name with the ``<|message|>`` the model slips into it, as
+#: its headers write ``to=NAME<|message|>``: in the name, after it, or for
+#: the ``">`` that ends it (Ollama's Glimmer parser tests).
+_SLIPPED = re.compile(
+    r'(<atem:invoke name=")((?:[^"<>]|<\|message\|>)*?<\|message\|>(?:[^"<>]|<\|message\|>)*?)'
+    r'(?:">)?(?=\s|<atem:parameter|</atem:invoke>)'
+)
 
 
 class _Tagged:
@@ -88,15 +105,19 @@ class _Tagged:
 class _Finder(_CallFinder):
     __slots__ = ()
 
+    def __init__(self, marker: str) -> None:
+        # A header-less marker ends at its own ``<|message|>``.
+        super().__init__(len(marker) - len(MESSAGE) if marker.endswith(MESSAGE) else len(marker))
+
     def _tagged(self) -> Body:
         return _Tagged()
 
 
 class MuseGlimmer(Format):
     name: ClassVar[str] = "muse_glimmer"
-    markers: ClassVar[tuple[str, ...]] = (START,)
+    markers: ClassVar[tuple[str, ...]] = (START, BARE)
     #: The first message's ``<|start|>assistant`` is in the prompt.
-    leading: ClassVar[tuple[str, ...]] = ("to=",)
+    leading: ClassVar[tuple[str, ...]] = ("to=", MESSAGE)
     wrapped: ClassVar[bool] = True
     #: Before Harmony, whose header it shares: its finder reads both bodies.
     priority: ClassVar[int] = 95
@@ -104,9 +125,14 @@ class MuseGlimmer(Format):
     _harmony: ClassVar[Harmony] = Harmony()
 
     def end_finder(self, marker: str) -> EndFinder:
-        return _Finder(len(marker))
+        return _Finder(marker)
 
     def body_shape(self, region: str, tools: Mapping[str, ToolSpec], final: bool) -> bool | None:
+        if region.startswith((MESSAGE, BARE)):
+            body = region.partition(MESSAGE)[2].lstrip()
+            if OPEN.startswith(body):
+                return None if not final else False
+            return body.startswith(OPEN)
         # A recipient, then a token: ``to=5 is odd`` is prose.
         i = region.find("to=")
         head = region[i + 3 :] if i >= 0 else ""
@@ -122,13 +148,24 @@ class MuseGlimmer(Format):
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
         head, sep, body = region.partition(MESSAGE)
-        if not sep or _RECIPIENT.search(head) is None:
+        if not sep:
             return None
         block = strip_trailer(body, EOM, EOT, CALL)
+        if _RECIPIENT.search(head) is None:
+            # No recipient: only a whole block of offered tools' calls.
+            if head not in ("", BARE[: -len(MESSAGE)]) or not block.endswith(CLOSE):
+                return None
+            calls = self._block(block, tools) if block.startswith(OPEN) else None
+            return calls if calls and all(c.name in tools for c in calls) else None
         if not block.startswith(OPEN):
             return self._harmony.parse(region, tools)
         if not block.endswith(CLOSE):
             return None
+        return self._block(block, tools)
+
+    @staticmethod
+    def _block(block: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        block = _SLIPPED.sub(lambda m: m[1] + m[2].replace(MESSAGE, "") + '">', block)
         return _calls(block[len(OPEN) : -len(CLOSE)], tools)
 
     def given_back(self, region: str) -> str:

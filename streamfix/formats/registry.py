@@ -92,6 +92,7 @@ def _changed() -> None:
         all_residue,
         reasoning_models,
         prompt_opening_models,
+        prompt_closed_models,
         _prompt_markers,
     )
     for cached in caches:
@@ -255,6 +256,18 @@ def prompt_opening_models() -> re.Pattern[str]:
     in the prompt by default (the modules' ``PROMPT_OPENS_MODELS``): their
     replies start inside it, so a call may end it with no close."""
     names = sorted({m for module in _sources() for m in getattr(module, "PROMPT_OPENS_MODELS", ())})
+    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def prompt_closed_models() -> re.Pattern[str]:
+    """One pattern over the models whose chat templates never open the
+    reasoning in the prompt, thinking on or off (the modules'
+    ``PROMPT_NEVER_OPENS_MODELS``): they write the open themselves when they
+    reason, so a call before any close is the answer's, not reasoning's."""
+    names = sorted(
+        {m for module in _sources() for m in getattr(module, "PROMPT_NEVER_OPENS_MODELS", ())}
+    )
     return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
 
 

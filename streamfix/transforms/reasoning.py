@@ -66,6 +66,7 @@ from ..formats.registry import (
     all_reasoning,
     markers_for,
     on_change,
+    prompt_closed_models,
     prompt_opening_models,
 )
 from .codespans import CodeSpans
@@ -344,7 +345,9 @@ class ReasoningSplitter:
         #: The template opened the reasoning in the prompt: the request
         #: switched thinking on, or its model's template does so by default
         #: (``PROMPT_OPENS_MODELS``): a call may end it (``_start_call``).
-        self._opened = (
+        #: Never for a model whose template does not (LFM2: its
+        #: ``PROMPT_NEVER_OPENS_MODELS``), whatever the switch says.
+        self._opened = prompt_closed_models().search(ctx.model) is None and (
             ctx.thinking
             if ctx.thinking is not None
             else prompt_opening_models().search(ctx.model) is not None
