@@ -242,12 +242,18 @@ def all_residue() -> Residue:
     return Residue(**{f.name: union(f.name) for f in fields(Residue)})
 
 
+def _models(attr: str) -> re.Pattern[str]:
+    """One case-insensitive pattern over the model names every module
+    declares under ``attr`` (matching nothing when none does)."""
+    names = sorted({m for module in _sources() for m in getattr(module, attr, ())})
+    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+
+
 @lru_cache(maxsize=1)
 def reasoning_models() -> re.Pattern[str]:
     """One pattern over every family's reasoning model names (the modules'
     ``REASONING_MODELS``): a model so named reasons before answering."""
-    names = sorted({m for module in _sources() for m in getattr(module, "REASONING_MODELS", ())})
-    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+    return _models("REASONING_MODELS")
 
 
 @lru_cache(maxsize=1)
@@ -255,8 +261,7 @@ def prompt_opening_models() -> re.Pattern[str]:
     """One pattern over the models whose chat templates open the reasoning
     in the prompt by default (the modules' ``PROMPT_OPENS_MODELS``): their
     replies start inside it, so a call may end it with no close."""
-    names = sorted({m for module in _sources() for m in getattr(module, "PROMPT_OPENS_MODELS", ())})
-    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+    return _models("PROMPT_OPENS_MODELS")
 
 
 @lru_cache(maxsize=1)
@@ -265,10 +270,7 @@ def prompt_closed_models() -> re.Pattern[str]:
     reasoning in the prompt, thinking on or off (the modules'
     ``PROMPT_NEVER_OPENS_MODELS``): they write the open themselves when they
     reason, so a call before any close is the answer's, not reasoning's."""
-    names = sorted(
-        {m for module in _sources() for m in getattr(module, "PROMPT_NEVER_OPENS_MODELS", ())}
-    )
-    return re.compile("|".join(names) or r"(?!)", re.IGNORECASE)
+    return _models("PROMPT_NEVER_OPENS_MODELS")
 
 
 @lru_cache(maxsize=1)
