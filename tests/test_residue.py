@@ -131,6 +131,9 @@ KEPT: list[tuple[str, str]] = [
     ("inline code", "The token `<|im_end|>` ends a ChatML turn; `[TOOL_CALLS]` too."),
     ("matched wrapper", "Write <tool_call>{...}</tool_call> to call a tool."),
     ("opening with text after", "<tools>\nlookup_order\n</tools>"),
+    # a region given back (Ollama qwen3coder_bare_test.go): its opener's
+    # value holds a '<', an opener all the same; its close is matched
+    ("opener its value breaks", "<function=<<not xml>></function>"),
     ("inline triple backticks", "Type ``` to open a fence, then ``` again."),
     ("two code blocks", "```python\nx = 1\n```\n```bash\nls\n```\n"),
     ("not a fence", "a ```\n```"),

@@ -99,6 +99,13 @@ def _cand(families: Residue) -> re.Pattern[str]:
         + r"}|\|)?>"
         + (f"|(?P<token>{'|'.join(families.tokens)})" if families.tokens else "")
         + r"|`{3,}"
+        # An opening ``<NAME=`` whose value a ``<`` breaks (``<function=<<not
+        # xml>>``, a region given back): an opener all the same, so the
+        # ``</NAME>`` after it is matched, not stripped. Only once the ``<``
+        # is in: before, the tag may still close (held, ``_partial``).
+        + r"|<(?P<loose>[A-Za-z_:]{1,24})=(?=[^<>\n]{0,"
+        + _T
+        + r"}<)"
     )
 
 
@@ -349,6 +356,10 @@ class ResidueStripper:
             kind = self._kind(m)
             if kind is None:
                 continue
+            if kind == "loose":
+                name = m.group("loose")
+                self._opened[name] = self._opened.get(name, 0) + 1
+                continue
             if kind == "open":
                 after = _NON_WS.search(text, m.end())
                 if after is not None or len(text) - i > MAX_PENDING:
@@ -419,8 +430,11 @@ class ResidueStripper:
     @staticmethod
     def _kind(m: re.Match[str]) -> str | None:
         """What a candidate match is: ``special_token``, ``open``,
-        ``close``, or None (ordinary text)."""
+        ``loose`` (an opener its value breaks), ``close``, or None
+        (ordinary text)."""
         g = m.group()
+        if m.group("loose"):
+            return "loose" if m.group("loose") in WRAPPERS else None
         if g[1] in BARS or g.endswith("|>") or m.group("token"):
             # <|token|>, a token barred so by a family's bar, <tool_call|>,
             # a token a family declares
