@@ -692,3 +692,60 @@ KNOWN_OLLAMA_GEMMA: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_GEMMA)
+
+
+# --- Ollama older (tests/data/engine_cases_ollama_older.json) ---------------
+#
+# Ollama's Apertus 1.5, DeepSeek R1, Granite thinking, MiniMax M2 and
+# Command-R parsers, and its large-number tool-call test.
+
+_OO_LAYOUT_AFTER_CALL = (
+    "better: whitespace: the blank between a sentence and the call markup after it is layout,"
+    " trimmed, and the newline after the block is kept as the break between the two sentences"
+    " ('Let me check.\\nDone checking.'); Ollama keeps the blank before the block and trims"
+    " the one after ('Let me check. Done checking.')"
+)
+
+KNOWN_OLLAMA_OLDER: dict[str, str] = {
+    "ollama/apertus15/suppresses-unexpected-thinking": _KEPT_APART,
+    "ollama/deepseek/malformed-call-missing-sep": _GIVEN_BACK
+    + ' (here \'bad_tool{"arg":"value"}\' with no <｜tool▁sep｜>; the text before it stays)',
+    "ollama/deepseek/malformed-call-invalid-json": _GIVEN_BACK
+    + " (here 'bad_tool{invalid json}'; the text before it stays)",
+    "ollama/deepseek/partial-think-tag-with-thinking": _UNCLOSED_ANSWER
+    + " (here 'Thinking content</th': the half tag is the model's text)",
+    "ollama/deepseek/consecutive-tool-calls": _TEXT_AFTER_KEPT
+    + " ('Second.' between the two call sections; Ollama's parser also loses the second call)",
+    "ollama/minimaxm2/param-json-object": (
+        "better: a string parameter keeps its text: the value '{\"keywords\": [...]}' of a"
+        " parameter the tool declares a string is passed on as that string (the schema's type);"
+        " Ollama decodes it into an object the client's validation rejects"
+    ),
+    "ollama/minimaxm2/param-json-array": (
+        'better: a string parameter keeps its text: the value \'["AI", "machine learning"]\''
+        " of a parameter the tool declares a string is passed on as that string (the schema's"
+        " type); Ollama decodes it into a list the client's validation rejects"
+    ),
+    "ollama/minimaxm2/content-before-call": _B_LAYOUT_BEFORE_CALL + " ('… the weather.')",
+    "ollama/minimaxm2/stream-tool-call-tag-split": _B_LAYOUT_BEFORE_CALL + " ('Let me check.')",
+    "ollama/minimaxm2/multiple-call-blocks": _B_LAYOUT_BEFORE_CALL
+    + " (the newline between 'Some text.' and the second block)",
+    "ollama/minimaxm2/content-before-and-after-call": _OO_LAYOUT_AFTER_CALL,
+    "ollama/commandr/content-before-action": _B_LAYOUT_BEFORE_CALL
+    + " (the newline before 'Action:')",
+    "ollama/minimaxm2/whitespace-in-param": _open(
+        "value blanks",
+        "a string value written with blanks at both ends ('  San Francisco  ') keeps them"
+        " (only one newline each side, the template's layout, is trimmed, as for every XML"
+        " family); Ollama's MiniMax M2 parser trims them all. Which is right is the lead's call",
+    ),
+    "ollama/commandr/directly-answer": _open(
+        "directly-answer",
+        "Command R+'s built-in 'directly-answer' action (its template's way of answering"
+        " without a tool) is a call to a tool not offered in an unwrapped 'Action:' block, so it"
+        " goes out as text, fence and all; Ollama's Command-R parser drops it (no call, no"
+        " text). Dropping it would leave an empty reply: the right reading needs a decision",
+    ),
+}
+
+KNOWN.update(KNOWN_OLLAMA_OLDER)

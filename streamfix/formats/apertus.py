@@ -85,3 +85,9 @@ REASONING: list[Reasoning] = [
         repeats=True,
     )
 ]
+
+#: Apertus 1.5's template never opens ``<|inner_prefix|>`` in the prompt:
+#: with thinking on, the model writes it when it reasons and answers directly
+#: otherwise (Ollama's Apertus 1.5 parser starts in the answer unless an
+#: assistant prefill left the reasoning open).
+PROMPT_NEVER_OPENS_MODELS = (r"apertus-?1\.5",)

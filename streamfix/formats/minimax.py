@@ -39,6 +39,17 @@ _INVOKE = re.compile(
 _PARAM = re.compile(
     r"<parameter\s+name\s*=\s*[\"']?([^\"'>]+)[\"']?\s*>(.*?)</parameter>", re.DOTALL
 )
+#: In a block the wrapper's close ended, a close the model left out is
+#: implied by the next one: an ``<invoke>`` ends at ``</minimax:tool_call>``,
+#: its last parameter at ``</invoke>`` (Ollama's MiniMax M2 parser reads both).
+#: Only there: in a block the stream cut, a missing close is a value cut off.
+_INVOKE_CLOSED = re.compile(
+    r"<invoke\s+name\s*=\s*[\"']?([^\"'>]+)[\"']?\s*>(.*?)(?:</invoke>|(?=</minimax:tool_?call>))",
+    re.DOTALL,
+)
+_PARAM_CLOSED = re.compile(
+    r"<parameter\s+name\s*=\s*[\"']?([^\"'>]+)[\"']?\s*>(.*?)(?:</parameter>|\Z)", re.DOTALL
+)
 
 
 OPEN_ALT, CLOSE_ALT = "<minimax:toolcall>", "</minimax:toolcall>"
@@ -65,6 +76,8 @@ class MiniMax(Format):
         def value_of(m: re.Match[str], name: str) -> Any:
             return typed_value(strip_value(m.group(2)), tools, name, m.group(1).strip())
 
+        if body.rstrip().endswith((CLOSE, CLOSE_ALT)):
+            return xml_calls(body, _INVOKE_CLOSED, _PARAM_CLOSED, value_of, (CLOSE, CLOSE_ALT))
         return xml_calls(body, _INVOKE, _PARAM, value_of, (CLOSE, CLOSE_ALT))
 
 
