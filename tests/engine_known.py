@@ -749,3 +749,43 @@ KNOWN_OLLAMA_OLDER: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_OLDER)
+
+
+# --- Ollama newfam (tests/data/engine_cases_ollama_newfam.json) -------------
+#
+# Ollama's Bailing (Ling 3), GLM-5.2, INTELLECT-3, Kolibri 1 and MiniCPM 5
+# parser tests.
+
+_O_REASONING_BLANKS = (
+    "better: whitespace: the blanks at both ends of the reasoning are layout, trimmed;"
+    " Ollama's INTELLECT-3 parser (its generic thinking parser) trims only the start"
+)
+
+KNOWN_OLLAMA_NEWFAM: dict[str, str] = {
+    "ollama/intellect3/think-blanks": _O_REASONING_BLANKS + " ('Some thoughts  \\n')",
+    "ollama/intellect3/blanks-inside-think": _O_REASONING_BLANKS + " ('Thinking  \\n  ')",
+    "ollama/intellect3/unclosed-tool-call": (
+        "better: unclosed call at the end: a Qwen3-Coder call whose </function> came but whose"
+        " </tool_call> never did, at the end of the reply, is lifted (its arguments are whole);"
+        " Ollama's parser still waits for the close and returns neither text nor a call, an"
+        " empty reply"
+    ),
+    "ollama/minicpm5/unknown-tool-text": (
+        "better: unoffered call: a MiniCPM 5 <function name=…> element naming a tool the request"
+        " did not offer is call markup: stripped and counted (stripped.unoffered_call), never"
+        " shown to the user as raw XML; Ollama returns the element as the content"
+    ),
+    "ollama/intellect3/blanks-before-call": _open(
+        "whitespace",
+        "the blanks between a word and a call ('Text   <tool_call>…') go out at once (only"
+        " blanks after a sentence's end are held as layout, detect._layout_after: holding every"
+        " blank after a word would cost a rebuilt chunk each); Ollama trims them",
+    ),
+    "ollama/intellect3/only-blanks": _open(
+        "whitespace",
+        "a reply of blanks only ('   \\n  \\t  ', no markup anywhere) is passed on as written;"
+        " Ollama's Qwen3-Coder parser trims the blanks that begin content and returns nothing",
+    ),
+}
+
+KNOWN.update(KNOWN_OLLAMA_NEWFAM)

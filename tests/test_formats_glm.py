@@ -142,3 +142,13 @@ def test_a_key_that_holds_angle_brackets() -> None:
     )
     _, _, calls, _ = check_split_invariant(text, request)
     assert calls == [("f", {"x<1>": "v", "a>b": "w"})]
+
+
+def test_ling_3_reasons_by_default() -> None:
+    # Ling 3's template opens <think> unless thinking is off (Ollama's
+    # Bailing parser tests): with no switch, the text before a lone close
+    # is reasoning.
+    request = {**REQUEST, "model": "inclusionAI/Ling-3.0-flash"}
+    del request["chat_template_kwargs"]
+    content, reasoning, calls, _ = check_split_invariant("plan</think>The answer.", request)
+    assert (content, reasoning, calls) == ("The answer.", "plan", [])

@@ -50,3 +50,13 @@ def test_an_element_with_stray_text_between_params_is_not_lifted() -> None:
     )
     content, _, calls, _ = check_split_invariant(text, REQUEST)
     assert calls == [] and "and then" in content  # given back, not dropped
+
+
+def test_params_in_an_arguments_element() -> None:
+    # Ollama's MiniCPM 5 parser test (tool_call_with_arguments_wrapper).
+    text = (
+        '<function name="write"><arguments><param name="path">a.txt</param>'
+        '<param name="lines">3</param></arguments></function>'
+    )
+    content, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [("write", {"path": "a.txt", "lines": 3})] and not content

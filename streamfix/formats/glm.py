@@ -257,9 +257,11 @@ def _close_begun(body: str) -> int:
 
 FORMATS: list[Format] = [Glm()]
 
-#: GLM 4.5 and later reason by default.
-REASONING_MODELS = (r"glm-?4\.[5-9]", r"glm-?[5-9]")
+#: GLM 4.5 and later reason by default; so does Ling 3 (its template opens
+#: ``<think>`` unless thinking is switched off, as Ollama's Bailing parser
+#: reads it).
+REASONING_MODELS = (r"glm-?4\.[5-9]", r"glm-?[5-9]", r"\bling-?3")
 
 #: GLM 4.7 and 5 open ``<think>`` in the prompt; so does Ling 3, which
 #: writes GLM's calls.
-PROMPT_OPENS_MODELS = (r"glm-?4\.[7-9]", r"glm-?[5-9]", r"ling-?3")
+PROMPT_OPENS_MODELS = (r"glm-?4\.[7-9]", r"glm-?[5-9]", r"\bling-?3")

@@ -7,6 +7,8 @@ token. A value is raw text for a string parameter and JSON otherwise (as
 the schema says); a value holding markup is wrapped in
 ``<![CDATA[…]]>``, whose text is taken as it stands, a ``</param>`` in it
 included (llama.cpp's MiniCPM 5 handler and its tests in ``test-chat.cpp``).
+The params may stand in an ``<arguments>`` element (a token of the
+MiniCPM 5 vocabulary; Ollama's parser reads it so).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ CLOSE = "</function>"
 
 _NAME = r"[\w.\-]+"
 _CALL = re.compile(rf'<function name="({_NAME})">(.*)</function>\s*\Z', re.DOTALL)
+#: The optional ``<arguments>…</arguments>`` around the params.
+_ARGUMENTS = re.compile(r"\s*<arguments>(.*)</arguments>\s*\Z", re.DOTALL)
 _PARAM = re.compile(
     r'<param name="([^"<>]+)">(?:<!\[CDATA\[(.*?)\]\]>|((?:(?!<param ).)*?))</param>', re.DOTALL
 )
@@ -43,8 +47,9 @@ class MiniCpm(Format):
         m = _CALL.match(region)
         if m is None:
             return None
-        name = m.group(1)
-        params = contiguous(_PARAM, m.group(2))
+        name, body = m.group(1), m.group(2)
+        wrapped = _ARGUMENTS.match(body)
+        params = contiguous(_PARAM, wrapped.group(1) if wrapped else body)
         if params is None:
             return None
         args: dict[str, Any] = {}
