@@ -152,3 +152,31 @@ def test_ling_3_reasons_by_default() -> None:
     del request["chat_template_kwargs"]
     content, reasoning, calls, _ = check_split_invariant("plan</think>The answer.", request)
     assert (content, reasoning, calls) == ("The answer.", "plan", [])
+
+
+def test_glm_5_3_flash_json_after_the_name_and_an_open_run() -> None:
+    # GLM-5.3-Flash (SGLang's glm53_flash_detector): NAME>{json}, the call
+    # left open, the next <tool_call> starting the next one.
+    text = '<tool_call>multiply>{"a": 3, "b": 4}'
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("multiply", {"a": 3, "b": 4})],
+        "tool_calls",
+    )
+    text = 'Sure.<tool_call>multiply>{"a": 3}<tool_call>multiply>{"b": 2}'
+    content, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert content == "Sure."
+    assert calls == [("multiply", {"a": 3}), ("multiply", {"b": 2})]
+
+
+def test_glm_5_3_flash_a_call_marker_inside_a_value_is_data() -> None:
+    text = '<tool_call>todo_write>{"todos": ["<tool_call>x"]}'
+    _, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [("todo_write", {"todos": ["<tool_call>x"]})]
+
+
+def test_a_name_then_a_greater_than_sign_in_prose_is_text() -> None:
+    text = "The <tool_call>tags> are markers."
+    content, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [] and content == text

@@ -10,6 +10,9 @@ so a value is JSON-decoded unless the tool's schema says it is a string
 (vLLM ``tool_parsers/glm4_moe_tool_parser.py`` / ``glm47_moe_tool_parser.py``,
 SGLang ``glm4_moe_detector.py`` / ``glm47_moe_detector.py``). Older GLM-4
 fine-tunes write ``NAME\\n{json}`` in the same tags; also parsed here.
+GLM-5.3-Flash writes ``<tool_call>NAME>{json}`` and leaves the call open,
+the next ``<tool_call>`` starting the next one (SGLang
+``glm53_flash_detector.py`` and its tests): read too.
 
 Slips users reported, repaired when the reading is certain: the opening
 ``<arg_value>`` missing (vLLM issue #49248), a doubled key tag (vLLM PR
@@ -73,6 +76,8 @@ def kv_calls(
     ko, kc, vc = f"<{key}>", f"</{key}>", f"</{value}>"
     if not rest or rest == vc:
         return [RawCall(name, {})]
+    if rest.startswith(">") and rest[1:].lstrip().startswith("{"):
+        rest = rest[1:].lstrip()  # GLM-5.3-Flash: NAME>{json}
     if rest.startswith("{"):
         return [RawCall(name, rest.strip())]
     if not rest.startswith(ko):
@@ -200,6 +205,11 @@ class Glm(Format):
         rest = s[m.end() :].lstrip()
         if not rest:
             return False if final else None
+        if rest[0] == ">":  # GLM-5.3-Flash's NAME>{json}
+            rest = rest[1:].lstrip()
+            if not rest:
+                return False if final else None
+            return rest[0] == "{"
         return rest[0] in "<{"
 
     def is_complete(self, region: str) -> bool:
@@ -220,6 +230,8 @@ class Glm(Format):
             body = body[:-cut].rstrip()
         if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
             body += "</arg_value>"  # the last value's close lost (vLLM #57826)
+        if not closed and OPEN in body and (run := _open_run(body, tools)):
+            return run
         calls = kv_calls(body, tools, exact=True)
         if calls and not closed and not _has_required(calls[0], tools):
             # The reply ended inside the call before a required argument came
@@ -235,6 +247,29 @@ class Glm(Format):
                 return None
             calls = kv_calls(unescaped.strip(), tools, exact=True)
         return calls
+
+
+def _open_run(body: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+    """GLM-5.3-Flash's run of calls none of which is closed
+    (``NAME>{json}<tool_call>NAME>{json}``): each ``<tool_call>`` starts the
+    next call. Only when every piece is a whole ``NAME>{json}`` call (a
+    ``<tool_call>`` inside a value leaves a piece that is not); else None."""
+    calls: list[RawCall] = []
+    for piece in body.split(OPEN):
+        m = _HEAD.match(piece)
+        if m is None or not m.group(2).startswith(">"):
+            return None
+        got = kv_calls(piece.rstrip(), tools, exact=True)
+        if not got or not isinstance(got[0].arguments, str):
+            return None
+        try:
+            whole = isinstance(json.loads(got[0].arguments), dict)
+        except ValueError:
+            return None
+        if not whole:
+            return None
+        calls += got
+    return calls
 
 
 def _has_required(call: RawCall, tools: Mapping[str, ToolSpec]) -> bool:
