@@ -789,3 +789,43 @@ KNOWN_OLLAMA_NEWFAM: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_OLLAMA_NEWFAM)
+
+
+# --- SGLang sg4 (tests/data/engine_cases_sglang_sg4.json) -------------------
+#
+# SGLang's Qwen 2.5, zero-argument, unknown-tool-name, DeepSeek V4.1 and
+# GLM-5.3-Flash detector tests (test/registered/unit/function_call/).
+
+_S4_UNOFFERED_IN_LIST = _open(
+    "unoffered call in a bare list",
+    "a bare JSON call list (tool_choice=required) that names one tool the request did not"
+    " offer is text as a whole (bare JSON is only a candidate: every element must name an"
+    " offered tool); SGLang drops the unoffered element and returns the others",
+)
+_S4_SCHEMA_WRAP = _open(
+    "schema guess",
+    "GLM-5.3-Flash's detector wraps arguments into the tool's one required array property"
+    " when the model wrote the array bare or one item unwrapped; streamfix reads the"
+    " arguments as written",
+)
+
+KNOWN_SGLANG_SG4: dict[str, str] = {
+    "sglang/qwen25/malformed-json": _GIVEN_BACK,
+    "sglang/unknown-tool/json-array-unknown-first": _S4_UNOFFERED_IN_LIST,
+    "sglang/unknown-tool/json-array-unknown-middle": _S4_UNOFFERED_IN_LIST,
+    "sglang/unknown-tool/json-array-unknown-last": _S4_UNOFFERED_IN_LIST,
+    "sglang/deepseekv41/round-trip": _open(
+        "whitespace",
+        "the blank line between a word and the V4.1 calls block ('summary\\n\\n') stays in the"
+        " content (only blanks after a sentence's end are held as layout before a call,"
+        " transforms/detect.py); SGLang trims it",
+    ),
+    "sglang/glm53flash/unwrapped-array-item": _S4_SCHEMA_WRAP
+    + " (the call goes out with {'content', 'status'}, not {'todos': [...]})",
+    "sglang/glm53flash/bare-array-three": _S4_SCHEMA_WRAP
+    + " (arguments that are a list are not an object: the call is given back as text)",
+    "sglang/glm53flash/bare-array-two": _S4_SCHEMA_WRAP
+    + " (arguments that are a list are not an object: the call is given back as text)",
+}
+
+KNOWN.update(KNOWN_SGLANG_SG4)
