@@ -815,12 +815,6 @@ _S3_ORPHAN_KEY = _open(
     " lone key and runs the call with what is left (here without the required 'location'),"
     " which is no better: the right reading needs a decision",
 )
-_S3_NO_NAME = _open(
-    "malformed GLM block",
-    "a <tool_call> block with pairs but no name is not read and goes out as written (the"
-    " <tool_call> tag is shared with Hermes, whose unreadable blocks are text); SGLang's"
-    " Poolside detector drains it (no call, no text)",
-)
 _S3_K2_REASONING = (
     "better: reasoning: K2 Horizon's reasoning block (<ifm|think…>…</ifm|think…>) is moved to"
     " reasoning_content; SGLang's test runs the K2-v3 tool parser alone (no reasoning parser),"
@@ -829,8 +823,9 @@ _S3_K2_REASONING = (
 _S3_K2_PROMPT_OPENED = (
     "better: reasoning: K2 Horizon's template opens the reasoning in the prompt, so the text"
     " before the first call markup is reasoning ('prefix'), as vLLM's composed K2 Horizon"
-    " parsers split it; the block after it does not parse and is shown as written, as SGLang"
-    " shows it. SGLang's test runs the tool parser alone, which keeps 'prefix' in the text"
+    " parsers split the text before a call group; the block after it does not parse and is"
+    " shown as written, as SGLang shows it. SGLang's test runs the tool parser alone, which"
+    " keeps 'prefix' in the text"
 )
 
 KNOWN_SGLANG_SG3: dict[str, str] = {
@@ -846,7 +841,8 @@ KNOWN_SGLANG_SG3: dict[str, str] = {
     "sglang/poolside_v1/key-without-value-then-call": _S3_ORPHAN_KEY
     + " (the second, whole call is lifted)",
     "sglang/poolside_v1/orphan-key-then-key": _S3_ORPHAN_KEY,
-    "sglang/poolside_v1/no-name-block": _S3_NO_NAME,
+    "sglang/poolside_v1/no-name-block": _GIVEN_BACK
+    + " (a <tool_call> block of pairs with no name; SGLang's Poolside detector drains it)",
     "sglang/k2_v3/reasoning-kept-answer": _S3_K2_REASONING,
     "sglang/k2_v3/reasoning-kept-answer-stream": _S3_K2_REASONING,
     "sglang/k2_v3/reasoning-then-group": _S3_K2_REASONING,
