@@ -829,3 +829,69 @@ KNOWN_SGLANG_SG4: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG4)
+
+
+# --- SGLang sg3 (tests/data/engine_cases_sglang_sg3.json) -------------------
+#
+# SGLang's Spark 2.5 / Spark 3, Poolside v1 (Laguna) and K2-v3 (K2 Horizon)
+# detector suites.
+
+_S3_SPARK_VALUES = _open(
+    "value typing",
+    "Spark's own protocol (SGLang's Spark detectors): 'null' is null for a parameter of any"
+    " type, and the value of a key the tool does not declare stays text ('42'); streamfix reads"
+    " Spark's calls as GLM's, so a string parameter keeps 'null' as its text and an undeclared"
+    " '42' is the number 42 (the format's parse is not told the model, so a Spark-only rule"
+    " would need the model's name in the format)",
+)
+_S3_EMPTY_WRAPPER = (
+    "better: empty wrapper: '<tool_call></tool_call>' (no name, nothing inside) is call markup"
+    " with nothing to run, stripped from the text ('xy'); SGLang shows the tags to the user"
+)
+_S3_ORPHAN_KEY = _open(
+    "malformed GLM pairs",
+    "an <arg_key> with no <arg_value> (before </tool_call> or before the next <arg_key>) makes"
+    " the GLM block unreadable, so it is text as written; SGLang's Poolside detector drops the"
+    " lone key and runs the call with what is left (here without the required 'location'),"
+    " which is no better: the right reading needs a decision",
+)
+_S3_K2_REASONING = (
+    "better: reasoning: K2 Horizon's reasoning block (<ifm|think…>…</ifm|think…>) is moved to"
+    " reasoning_content; SGLang's test runs the K2-v3 tool parser alone (no reasoning parser),"
+    " which passes the block on in the text, tags and all"
+)
+_S3_K2_PROMPT_OPENED = (
+    "better: reasoning: K2 Horizon's template opens the reasoning in the prompt, so the text"
+    " before the first call markup is reasoning ('prefix'), as vLLM's composed K2 Horizon"
+    " parsers split the text before a call group; the block after it does not parse and is"
+    " shown as written, as SGLang shows it. SGLang's test runs the tool parser alone, which"
+    " keeps 'prefix' in the text"
+)
+
+KNOWN_SGLANG_SG3: dict[str, str] = {
+    "sglang/spark25/null-and-fallbacks": _S3_SPARK_VALUES,
+    "sglang/spark3/null-and-fallbacks": _S3_SPARK_VALUES,
+    "sglang/spark25/empty-block-is-text": _S3_EMPTY_WRAPPER,
+    "sglang/spark3/empty-block-is-text": _S3_EMPTY_WRAPPER,
+    "sglang/poolside_v1/leading-text": _B_LAYOUT_BEFORE_CALL
+    + " ('Sure, checking now.' not '… now. ')",
+    "sglang/poolside_v1/text-before-call": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check.' not '… check. ')",
+    "sglang/poolside_v1/key-without-value": _S3_ORPHAN_KEY,
+    "sglang/poolside_v1/key-without-value-then-call": _S3_ORPHAN_KEY
+    + " (the second, whole call is lifted)",
+    "sglang/poolside_v1/orphan-key-then-key": _S3_ORPHAN_KEY,
+    "sglang/poolside_v1/no-name-block": _GIVEN_BACK
+    + " (a <tool_call> block of pairs with no name; SGLang's Poolside detector drains it)",
+    "sglang/k2_v3/reasoning-kept-answer": _S3_K2_REASONING,
+    "sglang/k2_v3/reasoning-kept-answer-stream": _S3_K2_REASONING,
+    "sglang/k2_v3/reasoning-then-group": _S3_K2_REASONING,
+    "sglang/k2_v3/reasoning-then-group-stream": _S3_K2_REASONING,
+    "sglang/k2_v3/close-only-then-group": _S3_K2_REASONING
+    + " (here only the close: the template opened it)",
+    "sglang/k2_v3/key-without-value-text": _S3_K2_PROMPT_OPENED,
+    "sglang/k2_v3/key-without-value-group-text": _S3_K2_PROMPT_OPENED,
+    "sglang/k2_v3/unterminated-released": _S3_K2_PROMPT_OPENED,
+}
+
+KNOWN.update(KNOWN_SGLANG_SG3)

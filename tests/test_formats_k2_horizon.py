@@ -76,3 +76,40 @@ def test_a_mention_of_the_tag_in_prose_is_text() -> None:
 )
 def test_any_byte_split_gives_the_whole_result(text: str, cuts: list[int]) -> None:
     check_byte_cuts(text, cuts, REQUEST)
+
+
+def test_a_call_without_the_group() -> None:
+    """SGLang's ``test_k2_v3_detector.py`` writes ``<ifm|tool_call>`` alone;
+    one that does not parse is shown as the model wrote it."""
+    text = (
+        "<ifm|tool_call>search<ifm|arg_key>query</ifm|arg_key><ifm|arg_value>a</ifm|arg_value>"
+        '</ifm|tool_call><ifm|tool_call>{"name": "ping", "arguments": {}}</ifm|tool_call>'
+    )
+    request = {**REQUEST, "chat_template_kwargs": {"enable_thinking": False}}
+    assert check_split_invariant(text, request) == (
+        "",
+        "",
+        [("search", {"query": "a"}), ("ping", {})],
+        "tool_calls",
+    )
+
+
+def test_a_parameter_declared_by_a_local_reference_is_typed_by_it() -> None:
+    """SGLang's ``test_local_schema_ref_preserves_xml_string_value``: ``$ref``
+    to a string in the tool's own ``$defs`` keeps ``123`` text."""
+    params = {
+        "type": "object",
+        "$defs": {"Id": {"type": "string"}, "N": {"$ref": "#/$defs/Id"}},
+        "properties": {"id": {"$ref": "#/$defs/N"}, "n": {"$ref": "#/$defs/missing"}},
+    }
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": params}}],
+    }
+    text = (
+        "<ifm|tool_call>lookup<ifm|arg_key>id</ifm|arg_key><ifm|arg_value>123</ifm|arg_value>"
+        "</ifm|tool_call>"
+    )
+    _, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [("lookup", {"id": "123"})]

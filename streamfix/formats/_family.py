@@ -350,7 +350,25 @@ def param_schema(tools: Mapping[str, ToolSpec], name: str, key: str) -> dict[str
         return None
     props = spec.parameters.get("properties")
     prop = props.get(key) if isinstance(props, dict) else None
-    return prop if isinstance(prop, dict) else None
+    return _local_ref(spec.parameters, prop) if isinstance(prop, dict) else None
+
+
+def _local_ref(root: dict[str, Any], prop: dict[str, Any]) -> dict[str, Any]:
+    """A parameter declared as a reference inside the tool's own schema
+    (``{"$ref": "#/$defs/Id"}``) is typed as what it points at; a few hops
+    at most (a cycle, or a pointer to nothing, keeps the reference)."""
+    for _ in range(8):
+        ref = prop.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return prop
+        node: Any = root
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return prop
+        prop = node
+    return prop
 
 
 def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:

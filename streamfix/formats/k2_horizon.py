@@ -6,7 +6,9 @@ with an optional ``<ifm|arg_type>t</ifm|arg_type>`` between a key and its
 value (the template's typed XML), or a JSON object ``{"name": …,
 "arguments": {…}}`` inside ``<ifm|tool_call>`` (its JSON format); a call
 without arguments is ``<ifm|tool_call>NAME</ifm|tool_call>``. The group
-holds nothing but calls, or it is not one. A value is typed by the tool's
+holds nothing but calls, or it is not one. A call may also stand alone,
+without the group (SGLang ``k2_v3_detector.py`` reads ``<ifm|tool_call>``
+by itself, and its tests write calls so). A value is typed by the tool's
 schema (``_family.typed_value``); without one, a declared ``string`` (or
 ``any``) type keeps the text.
 
@@ -29,7 +31,7 @@ from .base import EndFinder, Format, RawCall, Reasoning, call_from_object, lead_
 from .scan import UntilMarker
 
 OPEN, CLOSE = "<ifm|tool_calls>", "</ifm|tool_calls>"
-CALL = "<ifm|tool_call>"
+CALL, CALL_CLOSE = "<ifm|tool_call>", "</ifm|tool_call>"
 
 _CALL = re.compile(r"\s*<ifm\|tool_call>(.*?)</ifm\|tool_call>\s*", re.DOTALL)
 _HEAD = re.compile(r"\s*([^\s<>{}]+)\s*")
@@ -87,7 +89,26 @@ class K2Horizon(Format):
         return None if any(c is None for c in calls) else [c for c in calls if c is not None]
 
 
-FORMATS: list[Format] = [K2Horizon()]
+class K2HorizonCall(Format):
+    """One ``<ifm|tool_call>…</ifm|tool_call>`` outside a group: the IFM
+    tokens are the model's own, so a block that does not parse is markup."""
+
+    name: ClassVar[str] = "k2_horizon_call"
+    markers: ClassVar[tuple[str, ...]] = (CALL,)
+    wrapped: ClassVar[bool] = True
+
+    def end_finder(self, marker: str) -> EndFinder:
+        return UntilMarker(CALL_CLOSE, skip=len(marker))
+
+    def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
+        m = _CALL.fullmatch(region)
+        if m is None:
+            return None
+        call = _one(m.group(1), tools)
+        return None if call is None else [call]
+
+
+FORMATS: list[Format] = [K2Horizon(), K2HorizonCall()]
 
 _EFFORTS = ("think", "think_fast", "think_faster")
 

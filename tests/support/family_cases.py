@@ -994,6 +994,14 @@ CASES: list[Case] = [
         "<ifm|tool_call>refresh_cache</ifm|tool_call></ifm|tool_calls>",
         [("create_ticket", CT), ("refresh_cache", {})],
     ),
+    Case(
+        "k2-horizon-lone-call",
+        k2_horizon.K2HorizonCall(),
+        "<ifm|tool_call>create_ticket<ifm|arg_key>title</ifm|arg_key>"
+        "<ifm|arg_value>Printer on fire</ifm|arg_value><ifm|arg_key>priority</ifm|arg_key>"
+        "<ifm|arg_type>integer</ifm|arg_type><ifm|arg_value>1</ifm|arg_value></ifm|tool_call>",
+        [("create_ticket", CT)],
+    ),
     # --- Nemotron
     Case(
         "nemotron",
