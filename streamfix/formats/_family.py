@@ -350,7 +350,25 @@ def param_schema(tools: Mapping[str, ToolSpec], name: str, key: str) -> dict[str
         return None
     props = spec.parameters.get("properties")
     prop = props.get(key) if isinstance(props, dict) else None
-    return prop if isinstance(prop, dict) else None
+    return _local_ref(spec.parameters, prop) if isinstance(prop, dict) else None
+
+
+def _local_ref(root: dict[str, Any], prop: dict[str, Any]) -> dict[str, Any]:
+    """``prop``, or the schema its ``$ref`` names inside the tool's own
+    parameters (``#/$defs/code``, as Pydantic writes a shared type): a
+    string parameter so declared keeps its text (SGLang's IQuest Q1
+    tests). A reference that points elsewhere, or at nothing, leaves
+    ``prop`` as it is."""
+    ref = prop.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return prop
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return prop
+        node = node[part]
+    return node if isinstance(node, dict) and node is not prop else prop
 
 
 def typed_value(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:
