@@ -815,9 +815,9 @@ _S_NULL = (
 )
 _S_TYPE_NAMES = _open(
     "type names outside JSON Schema",
-    "a parameter typed uint32, long or tuple (no JSON Schema type) gets the model's text as"
-    " written; SGLang's MiMo parser maps int*/uint*/long*/short*/unsigned* to integer and any"
-    " other unknown type through Python's ast.literal_eval ((1, 2) -> [1, 2])",
+    "a parameter typed tuple (no JSON Schema type, no alias in toolargs.TYPE_ALIASES) gets"
+    " the model's text as written; SGLang's MiMo parser reads any unknown type through"
+    " Python's ast.literal_eval ((1, 2) -> [1, 2])",
 )
 _S_NAMED_CHOICE = _open(
     "named tool_choice",
@@ -856,8 +856,6 @@ KNOWN_SGLANG_SG2: dict[str, str] = {
         " written; SGLang's MiMo parser makes any such text false, which may invert what the"
         " model meant"
     ),
-    "sglang/mimo/convert-uint32": _S_TYPE_NAMES,
-    "sglang/mimo/convert-long": _S_TYPE_NAMES,
     "sglang/mimo/convert-tuple-type": _S_TYPE_NAMES,
     "sglang/mimo/unknown-function": (
         "better: unoffered call: a <tool_call><function=…> block naming a tool the request did"
