@@ -251,12 +251,19 @@ def coerce(args: dict[str, Any], schema: dict[str, Any]) -> tuple[dict[str, Any]
 
 
 #: Type names that are not JSON Schema's but that tool schemas use (Python's
-#: and C's names; the engines' XML parsers read them so): the JSON type each
-#: means.
+#: and C's names, Java's ``long``/``short`` and the sized integers; the
+#: engines' XML parsers read them so, SGLang's MiMo and vLLM's Qwen3-Coder by
+#: prefix): the JSON type each means.
 TYPE_ALIASES = {
     "float": "number",
     "double": "number",
+    "float32": "number",
+    "float64": "number",
     "int": "integer",
+    "long": "integer",
+    "short": "integer",
+    "unsigned": "integer",
+    **{f"{u}int{n}": "integer" for u in ("", "u") for n in (8, 16, 32, 64)},
     "bool": "boolean",
     "str": "string",
     "dict": "object",

@@ -895,3 +895,88 @@ KNOWN_SGLANG_SG3: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG3)
+
+
+# --- SGLang sg2 (tests/data/engine_cases_sglang_sg2.json) -------------------
+#
+# SGLang's IQuest Q1, MiMo and Trinity detector tests
+# (test/registered/unit/function_call/).
+
+_S_END_TOKEN_SHOWN = (
+    "better: special tokens: the end-of-turn token the server did not stop at"
+    " (<|iquest_end|>, <|endoftext|>) is removed from the text; SGLang's IQuest Q1 parser"
+    " returns it as content"
+)
+_S_LOST_VALUE_CLOSE = (
+    "better: a lost value close: <arg_value>1</iquest_tool_call> is read as glm.py reads GLM's"
+    " calls (the value ends at the call's close) and the call is lifted; SGLang's IQuest Q1"
+    " parser shows the raw call markup to the user"
+)
+_S_NULL = (
+    "better: values: the word null is null only for a parameter whose schema admits null"
+    " (toolargs.convert_value); else the model's text is passed on as written (a string"
+    " parameter keeps its text; for another type the client's validation sees what the model"
+    " wrote); SGLang's MiMo parser turns any null, NULL, Null into null, which the schema does"
+    " not allow either"
+)
+_S_TYPE_NAMES = _open(
+    "type names outside JSON Schema",
+    "a parameter typed tuple (no JSON Schema type, no alias in toolargs.TYPE_ALIASES) gets"
+    " the model's text as written; SGLang's MiMo parser reads any unknown type through"
+    " Python's ast.literal_eval ((1, 2) -> [1, 2])",
+)
+_S_NAMED_CHOICE = _open(
+    "named tool_choice",
+    "with tool_choice naming one function, SGLang constrains the reply to that function's bare"
+    " arguments object and reads it as the call; streamfix reads no bare arguments object as a"
+    " call (it passes the JSON on as content)",
+)
+_S_THINK_GLUED = (
+    "better: reasoning kept apart: Trinity's <think>…</think> goes to reasoning_content and the"
+    " answer alone to content; SGLang's Trinity detector only strips the tags and glues the"
+    " reasoning to the answer in content"
+)
+
+KNOWN_SGLANG_SG2: dict[str, str] = {
+    "sglang/iquest_q1/leading-text": _B_LAYOUT_BEFORE_CALL + " ('Running now.')",
+    "sglang/iquest_q1/two-calls-streamed": _B_LAYOUT_BEFORE_CALL + " ('Running now.')",
+    "sglang/mimo/leading-text": _B_LAYOUT_BEFORE_CALL + " ('Sure, running now.')",
+    "sglang/mimo/stream-split-bot-token": _B_LAYOUT_BEFORE_CALL + " ('I will run it.')",
+    "sglang/mimo/stream-char-level": _B_LAYOUT_BEFORE_CALL + " ('Let me check.')",
+    "sglang/iquest_q1/newline-after": _BLANK_AFTER_FIRST_CALL + " ('after')",
+    "sglang/iquest_q1/serving-newline-after": _BLANK_AFTER_FIRST_CALL + " ('after')",
+    "sglang/iquest_q1/malformed-then-call": _S_LOST_VALUE_CLOSE + " (content 'after')",
+    "sglang/iquest_q1/malformed-between-calls": _S_LOST_VALUE_CLOSE + " (three calls)",
+    "sglang/iquest_q1/malformed-alone": _S_LOST_VALUE_CLOSE,
+    "sglang/iquest_q1/stop-marker-after-call": _S_END_TOKEN_SHOWN,
+    "sglang/iquest_q1/stop-marker-plain": _S_END_TOKEN_SHOWN,
+    "sglang/iquest_q1/stop-marker-endoftext": _S_END_TOKEN_SHOWN,
+    "sglang/iquest_q1/named-raw-arguments": _S_NAMED_CHOICE,
+    "sglang/iquest_q1/serving-named": _S_NAMED_CHOICE,
+    "sglang/iquest_q1/length-named": _S_NAMED_CHOICE + " (here '{}' at the token limit)",
+    "sglang/mimo/convert-null-lower": _S_NULL + " (a 'string' parameter)",
+    "sglang/mimo/convert-null-upper": _S_NULL + " (NULL for an 'integer' parameter)",
+    "sglang/mimo/convert-null-title-bool": _S_NULL + " (Null for a 'boolean' parameter)",
+    "sglang/mimo/convert-boolean-invalid": (
+        "better: values: 'yes' for a 'boolean' parameter is no boolean and is passed on as"
+        " written; SGLang's MiMo parser makes any such text false, which may invert what the"
+        " model meant"
+    ),
+    "sglang/mimo/convert-tuple-type": _S_TYPE_NAMES,
+    "sglang/mimo/unknown-function": (
+        "better: unoffered call: a <tool_call><function=…> block naming a tool the request did"
+        " not offer is call markup: stripped and counted (stripped.unoffered_call), never shown"
+        " to the user as raw XML; SGLang's MiMo parser returns the block as the content"
+    ),
+    "sglang/mimo/no-function-tag": _GIVEN_BACK
+    + " (here '<tool_call>no function here</tool_call>')",
+    "sglang/trinity/think-tags-stripped": _S_THINK_GLUED,
+    "sglang/trinity/think-char-by-char": _S_THINK_GLUED,
+    "sglang/trinity/call-inside-think": _DRAFTED
+    + " (a Hermes <tool_call> that fills the whole <think> section, nothing after the close;"
+    " SGLang's Trinity detector strips the think tags and lifts it. Promoting such a call was"
+    " tried for vllm/qwen3-recovery-call-before-close and refused by canitoolcall's strict"
+    " check and llama.cpp's own tests)",
+}
+
+KNOWN.update(KNOWN_SGLANG_SG2)

@@ -157,6 +157,10 @@ def test_schema_types() -> None:
     }
     assert schema_types({"type": "string", "nullable": True}) == {"string", "null"}
     assert schema_types({"description": "anything"}) == frozenset()
+    # Names other schema dialects use (SGLang's MiMo tests: uint32, long).
+    for name in ("uint32", "int64", "long", "short", "unsigned"):
+        assert schema_types({"type": name}) == {"integer"}
+    assert schema_types({"type": "float32"}) == {"number"}
 
 
 @pytest.mark.parametrize(
