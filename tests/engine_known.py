@@ -980,3 +980,31 @@ KNOWN_SGLANG_SG2: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG2)
+
+
+# --- SGLang sg1
+KNOWN_SGLANG_SG1: dict[str, str] = {
+    "sglang/dots/streaming-unknown-tool-surfaced": (
+        "better: unoffered call: a <dots_function_call> block invoking a tool the request did not"
+        " offer is call markup: stripped and counted (stripped.unoffered_call), never shown to the"
+        " user as raw XML; SGLang's streaming path returns the block's <invoke> element as content"
+    ),
+    "sglang/dots/streaming-malformed-then-valid": _open(
+        "wrapper around prose",
+        "a <dots_function_call> block whose body is prose ('garbage') is released as text with"
+        " its tags (the body opens with neither '<' nor '{', so it is not call syntax, and the"
+        " residue stripper strips only an unmatched wrapper tag); SGLang shows the body alone",
+    ),
+    "sglang/inkling/payload-missing-args": (
+        "better: a name-only call frame: '<|content_invoke_tool_json|>{\"name\": <offered tool>}'"
+        " is a call in the family's special-token frame, lifted with no arguments; SGLang's"
+        " detector wants an args object and shows the payload's raw JSON as the answer"
+    ),
+    "sglang/inkling/unterminated-json-frame": (
+        "better: text before a call: the text the model wrote before a call frame whose"
+        " <|end_message|> never came stays content ('Sure, let me check.'); SGLang's recovery"
+        " path lifts the call and drops everything else in the reply"
+    ),
+}
+
+KNOWN.update(KNOWN_SGLANG_SG1)
