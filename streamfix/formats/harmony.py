@@ -243,6 +243,13 @@ FORMATS: list[Format] = [Harmony(), HarmonyBuiltin()]
 #: the real header right after it (llama.cpp's gpt-oss tests): debris, and
 #: the header after it counts as it would alone.
 _TO_SELF = "<|channel|>commentary to=assistant"
+#: A final message may name a constrained content type, with or without a
+#: blank before it (openai/harmony's ``test_harmony.py``: a ``final
+#: <|constrain|>json`` answer with no recipient is the answer, not a call).
+_FINAL_JSON = (
+    "<|channel|>final <|constrain|>json<|message|>",
+    "<|channel|>final<|constrain|>json<|message|>",
+)
 
 REASONING: list[Reasoning] = [
     Reasoning(
@@ -254,8 +261,11 @@ REASONING: list[Reasoning] = [
         ),
         # The next message's header ends one too when the model left out
         # <|end|> (llama.cpp's gpt-oss parser reads it so).
+        # <|return|> ends the reply's last message; openai/harmony's own test
+        # data closes an analysis message with it.
         closes=_spelled(
             "<|end|>",
+            "<|return|>",
             "<|start|>assistant<|channel|>final<|message|>",
             "<|start|>assistant<|channel|>commentary<|message|>",
         ),
@@ -266,6 +276,8 @@ REASONING: list[Reasoning] = [
             "<|start|>assistant" + _TO_SELF + "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
             "<|start|>assistant<|channel|>commentary<|message|>",
+            *_FINAL_JSON,
+            *("<|start|>assistant" + h for h in _FINAL_JSON),
         ),
         # <|end|> and <|return|> are special tokens the residue stripper
         # removes anyway.
@@ -275,12 +287,26 @@ REASONING: list[Reasoning] = [
             _TO_SELF + "<|channel|>analysis<|message|>",
             _TO_SELF + "<|channel|>final<|message|>",
             "<|channel|>commentary<|message|>",
+            *_FINAL_JSON,
         ),
         repeats=True,
         # Calls are commentary messages to=functions.X: the final channel
         # and a preamble hold text only (JSON there is the answer).
         calls_apart=True,
-    )
+    ),
+    # A message with no channel is the assistant's text (openai/harmony's
+    # parser returns its body so). Muse Glimmer writes the same header when
+    # it fumbles a call's recipient (``muse_glimmer.py``), so it counts for
+    # gpt-oss only.
+    Reasoning(
+        "harmony_bare",
+        opens=(),
+        closes=(END,),  # opens none: never consulted, but a family has one
+        answer=("<|start|>assistant<|message|>",),
+        repeats=True,
+        calls_apart=True,
+        models=(r"gpt-oss",),
+    ),
 ]
 
 #: gpt-oss always writes an analysis channel.
