@@ -1030,3 +1030,50 @@ KNOWN_HARMONY: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_HARMONY)
+
+
+# --- localai
+_L_INDENTED_SCALAR = _open(
+    "whitespace",
+    "a one-line value indented deeper than its indented <parameter=…> tags keeps the extra"
+    " indentation ('  John Doe'): only the close tag's indentation is layout, the value's own"
+    " past it stays (it is meaningful in code values, formats/qwen_xml.py); LocalAI (as"
+    " llama.cpp) trims every value",
+)
+_L_THINK_AFTER_TEXT = _open(
+    "reasoning after text",
+    "a <think> block after the answer began stays in the content as written (only a section"
+    " at the reply's start, or the one the prompt opened, is reasoning); LocalAI's"
+    " ExtractReasoning moves every <think> block anywhere in the text to reasoning",
+)
+
+KNOWN_LOCALAI: dict[str, str] = {
+    "localai/parse_test/json-two-objects-prose-between": _open(
+        "second bare call after prose",
+        "a bare JSON call, a word, then a second bare JSON call: the first is lifted, the rest"
+        " ('invalid {…}') stays text (a bare object is a call only at the reply's start or"
+        " after an introduction); LocalAI's ParseJSON lifts every object in the text",
+    ),
+    "localai/parse_test/qwen3coder-indented-typed": _L_INDENTED_SCALAR,
+    "localai/parse_test/qwen3coder-indented-unicode": _L_INDENTED_SCALAR,
+    "localai/parse_test/qwen3coder-xml-in-value": _L_INDENTED_SCALAR + " ('  <tag>content</tag>')",
+    "localai/parse_lfm2_test/numeric-boolean-as-strings": (
+        "better: typed values: set_volume(level=42, mute=false) gives the integer and boolean"
+        " the schema declares (and the pythonic literals are); LocalAI's argument regexes give"
+        " every value as a string ('42', 'false'), its test says a typed parser is future work"
+    ),
+    "localai/parse_lfm2_test/text-around": _open(
+        "whitespace",
+        "the LFM2 call line between two lines of prose is removed with one of its two"
+        " newlines ('Sure, let me check.\\nStandby.'), where the Qwen3-Coder and Hermes cases"
+        " keep both; LocalAI's test checks no content, the blank line is this transcription's"
+        " reading",
+    ),
+    "localai/reasoning_test/think-mid-text": _L_THINK_AFTER_TEXT + " ('Text  More')",
+    "localai/reasoning_test/think-unclosed-after-text": _L_THINK_AFTER_TEXT
+    + " (an unclosed '<think>Incomplete' after 'Before ')",
+    "localai/reasoning_test/forced-open-second-block": _L_THINK_AFTER_TEXT
+    + " (a second block after the prompt-opened one closed: 'contentfinal content')",
+}
+
+KNOWN.update(KNOWN_LOCALAI)

@@ -51,3 +51,19 @@ def test_indented_qwen3_coder_markup_indents_no_value() -> None:
     # markup not indented: the value's indentation is its own
     calls = xml_calls("<function=edit>\n<parameter=code>\n    y()\n</parameter>\n</function>")
     assert calls is not None and calls[0].arguments == {"code": "    y()"}
+
+
+def test_indented_close_tag_after_a_value_at_the_margin() -> None:
+    """A code value written at the margin between indented tags (LocalAI's
+    Qwen3-Coder streaming test): the lines stay as written, the blanks
+    before the indented ``</parameter>`` are the tag's indentation."""
+    from streamfix.formats.qwen_xml import xml_calls
+
+    body = (
+        "\n  <function=code_function>\n    <parameter=code>\ndef hello():\n"
+        '    print("Hello, World!")\n    return True\n    </parameter>\n  </function>\n'
+    )
+    calls = xml_calls(body)
+    assert calls is not None
+    code = 'def hello():\n    print("Hello, World!")\n    return True'
+    assert calls[0].arguments == {"code": code}

@@ -72,6 +72,11 @@ def _value(raw: str) -> str:
         lines = raw[:nl].removeprefix("\n").split("\n")
         if all(ln.startswith(indent) or not ln.strip() for ln in lines):
             return "\n".join(ln[len(indent) :] for ln in lines)
+        if raw.startswith("\n"):
+            # A value written at the margin (code) on the lines after its
+            # tag keeps them as they are; the blanks before the indented
+            # close tag are still the tag's (LocalAI's Qwen3-Coder tests).
+            return "\n".join(lines)
     if raw.startswith("\n"):
         raw = raw[1:]
     if raw.endswith("\n"):
