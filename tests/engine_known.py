@@ -1008,3 +1008,26 @@ KNOWN_SGLANG_SG1: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG1)
+
+
+# --- xinf
+KNOWN_XINF: dict[str, str] = {
+    "xinference/test_kimi_k3_reasoning_parser/split-marker-cut-off": _open(
+        "cut-off marker",
+        "a reply cut off inside Kimi K3's '<|close|>response<|sep|>' ends 'answer<|close|>res':"
+        " the residue stripper removes the whole <|close|> token but the 'res' after it, the"
+        " start of the marker's word, stays in the answer ('answerres'); Xinference holds the"
+        " split marker and shows 'answer'",
+    ),
+    "xinference/test_utils/qwen-think-kept-no-reasoning-parser": _THINK_PAIR
+    + " (Xinference's Qwen tool parser with no reasoning parser configured)",
+    "xinference/test_utils/qwen-think-kept-whole": _THINK_PAIR
+    + " (Xinference's Qwen tool parser with no reasoning parser configured)",
+    "xinference/test_utils/qwen-blanks-before-call-with-parser": _BLANKS
+    + " (here the '\\n\\n' before a call that is the whole answer: content None, not '\\n\\n')",
+    "xinference/test_utils/qwen-think-then-call-with-parser": _BLANKS
+    + " (the '\\n\\n' between '</think>' and the call: content None, not '\\n\\n'; and the"
+    " newlines at both ends of the reasoning, as for _O_REASONING_BLANKS)",
+}
+
+KNOWN.update(KNOWN_XINF)

@@ -158,6 +158,10 @@ class _Markup:
     ends: _Table | None
     #: Blanks right before an answer end.
     blank_ends: re.Pattern[str] | None
+    #: Leading markers that are plain words (no ``<``: Granite's "Here is
+    #: my thought process:", Harmony's token-stripped "analysis"): after
+    #: text they are words of the reply, even within the start's hold.
+    leading_words: frozenset[str]
     #: The blanks that begin a reply with no markup at its start are
     #: layout (``Reasoning.blank_first``).
     blank_first: bool
@@ -231,6 +235,7 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
         ends=_Table.of(ends) if ends else None,
         blank_ends=re.compile(r"\s+(?=" + _alternation(ends).pattern + ")") if ends else None,
         blank_first=any(r.blank_first for r in families),
+        leading_words=frozenset(m for m in leading if not m.startswith("<")),
     )
 
 
@@ -616,7 +621,9 @@ class ReasoningSplitter:
         while m is not None:
             after_text = bool(s[: m.start()].strip())
             kind, family = self._m.kinds[m.group()]
-            if after_text and CodeSpans().inside_at(s, m.start()):
+            if after_text and m.group() in self._m.leading_words:
+                pass  # a word of the reply, not its first
+            elif after_text and CodeSpans().inside_at(s, m.start()):
                 pass  # markup in code is text
             elif after_text and self._in_call_head(s, m.start()):
                 pass  # a call's own header (Harmony's to=NAME<|channel|>…)
