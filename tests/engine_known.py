@@ -1012,13 +1012,6 @@ KNOWN.update(KNOWN_SGLANG_SG1)
 
 # --- xinf
 KNOWN_XINF: dict[str, str] = {
-    "xinference/test_kimi_k3_reasoning_parser/split-marker-cut-off": _open(
-        "cut-off marker",
-        "a reply cut off inside Kimi K3's '<|close|>response<|sep|>' ends 'answer<|close|>res':"
-        " the residue stripper removes the whole <|close|> token but the 'res' after it, the"
-        " start of the marker's word, stays in the answer ('answerres'); Xinference holds the"
-        " split marker and shows 'answer'",
-    ),
     "xinference/test_utils/qwen-think-kept-no-reasoning-parser": _THINK_PAIR
     + " (Xinference's Qwen tool parser with no reasoning parser configured)",
     "xinference/test_utils/qwen-think-kept-whole": _THINK_PAIR

@@ -520,6 +520,16 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "",
         [],
     ),
+    # the reply stops inside an answer end it began with a special token
+    # (Xinference's test_kimi_k3_reasoning_parser.py): no 'res' left over
+    (
+        "kimi-k3-stops-inside-answer-end",
+        "reason<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>res",
+        req("moonshotai/Kimi-K3"),
+        "answer",
+        "reason",
+        [],
+    ),
     # those words mean nothing to another model's reply
     (
         "harmony-stripped-words-other-model",

@@ -96,6 +96,9 @@ DRAFT_TRIES = 8
 #: in that call's header (``_in_call_head``), and what may stand between.
 _HEAD_MAX = 256
 _HEAD_NAME = re.compile(r"[^\s<]*\s?")
+#: A special token (``<|close|>``): where an answer end's start at the
+#: reply's end begins with one, the model was writing that end.
+_SPECIAL = re.compile(r"<\|[^|<>\s]+\|>")
 
 _START, _TEXT, _THINK = 0, 1, 2
 _OPEN, _CLOSE, _ANSWER = 0, 1, 2
@@ -856,8 +859,14 @@ class ReasoningSplitter:
             self._marker(m.group())
             return s[m.end() :]
         keep = 0 if final else table.partial(s)
-        if self._ends and not final and self._m.ends is not None:
-            keep = self._end_keep(s, keep, self._m.ends)
+        if self._ends and self._m.ends is not None:
+            if not final:
+                keep = self._end_keep(s, keep, self._m.ends)
+            elif (cut := self._m.ends.partial(s)) and _SPECIAL.match(s, len(s) - cut):
+                # The reply stopped inside an answer end it had begun with
+                # a special token (Kimi K3's '<|close|>res'): markup, not text.
+                s = s[: len(s) - cut]
+                self.ctx.report.count("stripped.special_token")
         out = s[: len(s) - keep]
         self._code.note(out)
         self._content(out, content)
