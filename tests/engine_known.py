@@ -1077,3 +1077,19 @@ KNOWN_LOCALAI: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_LOCALAI)
+
+
+# --- xinf
+KNOWN_XINF: dict[str, str] = {
+    "xinference/test_utils/qwen-think-kept-no-reasoning-parser": _THINK_PAIR
+    + " (Xinference's Qwen tool parser with no reasoning parser configured)",
+    "xinference/test_utils/qwen-think-kept-whole": _THINK_PAIR
+    + " (Xinference's Qwen tool parser with no reasoning parser configured)",
+    "xinference/test_utils/qwen-blanks-before-call-with-parser": _BLANKS
+    + " (here the '\\n\\n' before a call that is the whole answer: content None, not '\\n\\n')",
+    "xinference/test_utils/qwen-think-then-call-with-parser": _BLANKS
+    + " (the '\\n\\n' between '</think>' and the call: content None, not '\\n\\n'; and the"
+    " newlines at both ends of the reasoning, as for _O_REASONING_BLANKS)",
+}
+
+KNOWN.update(KNOWN_XINF)

@@ -500,6 +500,45 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, list[Any]]] = [
         "I will run python",
         [],
     ),
+    # the channels with their special tokens stripped (skip_special_tokens):
+    # "analysis" opens the reply, "assistantfinal" heads the answer
+    # (Xinference's test_harmony.py)
+    (
+        "harmony-stripped-tokens",
+        "analysisThe user says hello. Greet back.assistantfinalHello! How can I help?",
+        req("openai/gpt-oss-20b"),
+        "Hello! How can I help?",
+        "The user says hello. Greet back.",
+        [],
+    ),
+    # after text, even within the start's hold, the word is the reply's
+    (
+        "harmony-stripped-word-after-text",
+        "Done: analysis of the logs, assistantfinal step.",
+        req("openai/gpt-oss-20b"),
+        "Done: analysis of the logs, assistantfinal step.",
+        "",
+        [],
+    ),
+    # the reply stops inside an answer end it began with a special token
+    # (Xinference's test_kimi_k3_reasoning_parser.py): no 'res' left over
+    (
+        "kimi-k3-stops-inside-answer-end",
+        "reason<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>res",
+        req("moonshotai/Kimi-K3"),
+        "answer",
+        "reason",
+        [],
+    ),
+    # those words mean nothing to another model's reply
+    (
+        "harmony-stripped-words-other-model",
+        "analysis of the logs: the assistantfinal step failed.",
+        req("Qwen/Qwen2.5-7B-Instruct"),
+        "analysis of the logs: the assistantfinal step failed.",
+        "",
+        [],
+    ),
 ]
 
 

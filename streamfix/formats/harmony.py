@@ -307,6 +307,19 @@ REASONING: list[Reasoning] = [
         calls_apart=True,
         models=(r"gpt-oss",),
     ),
+    # The same channels with their special tokens stripped (a backend that
+    # decodes with skip_special_tokens and no Harmony parser):
+    # "<|channel|>analysis<|message|>" reads "analysis" and the final
+    # message's header "assistantfinal" (Xinference's ``test_harmony.py``).
+    # Plain words: they count only at the start of a gpt-oss reply (or one
+    # that asks for reasoning).
+    Reasoning(
+        "harmony_stripped",
+        opens=("analysis",),
+        closes=("assistantfinal",),
+        leading=("analysis",),
+        models=(r"gpt-oss",),
+    ),
 ]
 
 #: gpt-oss always writes an analysis channel.

@@ -96,6 +96,9 @@ DRAFT_TRIES = 8
 #: in that call's header (``_in_call_head``), and what may stand between.
 _HEAD_MAX = 256
 _HEAD_NAME = re.compile(r"[^\s<]*\s?")
+#: A special token (``<|close|>``): where an answer end's start at the
+#: reply's end begins with one, the model was writing that end.
+_SPECIAL = re.compile(r"<\|[^|<>\s]+\|>")
 
 _START, _TEXT, _THINK = 0, 1, 2
 _OPEN, _CLOSE, _ANSWER = 0, 1, 2
@@ -158,6 +161,10 @@ class _Markup:
     ends: _Table | None
     #: Blanks right before an answer end.
     blank_ends: re.Pattern[str] | None
+    #: Leading markers that are plain words (no ``<``: Granite's "Here is
+    #: my thought process:", Harmony's token-stripped "analysis"): after
+    #: text they are words of the reply, even within the start's hold.
+    leading_words: frozenset[str]
     #: The blanks that begin a reply with no markup at its start are
     #: layout (``Reasoning.blank_first``).
     blank_first: bool
@@ -231,6 +238,7 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
         ends=_Table.of(ends) if ends else None,
         blank_ends=re.compile(r"\s+(?=" + _alternation(ends).pattern + ")") if ends else None,
         blank_first=any(r.blank_first for r in families),
+        leading_words=frozenset(m for m in leading if not m.startswith("<")),
     )
 
 
@@ -616,7 +624,9 @@ class ReasoningSplitter:
         while m is not None:
             after_text = bool(s[: m.start()].strip())
             kind, family = self._m.kinds[m.group()]
-            if after_text and CodeSpans().inside_at(s, m.start()):
+            if after_text and m.group() in self._m.leading_words:
+                pass  # a word of the reply, not its first
+            elif after_text and CodeSpans().inside_at(s, m.start()):
                 pass  # markup in code is text
             elif after_text and self._in_call_head(s, m.start()):
                 pass  # a call's own header (Harmony's to=NAME<|channel|>…)
@@ -849,8 +859,14 @@ class ReasoningSplitter:
             self._marker(m.group())
             return s[m.end() :]
         keep = 0 if final else table.partial(s)
-        if self._ends and not final and self._m.ends is not None:
-            keep = self._end_keep(s, keep, self._m.ends)
+        if self._ends and self._m.ends is not None:
+            if not final:
+                keep = self._end_keep(s, keep, self._m.ends)
+            elif (cut := self._m.ends.partial(s)) and _SPECIAL.match(s, len(s) - cut):
+                # The reply stopped inside an answer end it had begun with
+                # a special token (Kimi K3's '<|close|>res'): markup, not text.
+                s = s[: len(s) - cut]
+                self.ctx.report.count("stripped.special_token")
         out = s[: len(s) - keep]
         self._code.note(out)
         self._content(out, content)
