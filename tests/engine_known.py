@@ -1008,3 +1008,25 @@ KNOWN_SGLANG_SG1: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG1)
+
+
+# --- SGLang sg5
+KNOWN_SGLANG_SG5: dict[str, str] = {
+    "sglang/kimik2/bare-counter-unknown-args": _GIVEN_BACK
+    + " (here a bare-counter Kimi call whose argument keys fit no offered tool)",
+    "sglang/kimik3/escaped-attribute-name": (
+        "better: unoffered call: a Kimi K3 call to 'a&b', a tool the request did not offer, is"
+        " call markup: stripped and counted (stripped.unoffered_call), never run; SGLang's"
+        " detector returns it as a call"
+    ),
+    "sglang/kimik3/truncated-call-header": _open(
+        "given back half-stripped",
+        "a Kimi K3 tools section cut off after its call header holds no call and is given back"
+        " as text, whose <|open|>/<|sep|> tokens the residue stripper then removes, leaving"
+        ' their words (\'toolscall tool="python" index="1"\'); SGLang drops the section',
+    ),
+    "sglang/qwen3coder/leading-text-newline": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check.' before a Qwen3-Coder <tool_call>; SGLang keeps 'Let me check.\\n')",
+}
+
+KNOWN.update(KNOWN_SGLANG_SG5)
