@@ -1027,6 +1027,18 @@ KNOWN_SGLANG_SG5: dict[str, str] = {
     ),
     "sglang/qwen3coder/leading-text-newline": _B_LAYOUT_BEFORE_CALL
     + " ('Let me check.' before a Qwen3-Coder <tool_call>; SGLang keeps 'Let me check.\\n')",
+    "sglang/glm4/streaming-leading-text": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check.', as SGLang's own non-streaming GLM-4.5 test has it; its streaming"
+    " path keeps 'Let me check. ')",
+    "sglang/glm4/name-only-with-required-arg": (
+        "better: a closed name-only call: '<tool_call>get_weather</tool_call>' is the model's"
+        " whole call with no arguments, lifted as {} (the tool reports the missing required"
+        " 'city'; GLM-4.7's detector lifts the same shape); SGLang's GLM-4.5 detector wants a"
+        " newline after the name and drops it, leaving an empty reply"
+    ),
+    "sglang/deepseekv31/streaming-text-then-call": _B_LAYOUT_BEFORE_CALL
+    + " ('Sure, let me check.'; SGLang's own non-streaming DeepSeek V3.1 test strips the blank"
+    " too, its streaming path keeps it)",
 }
 
 KNOWN.update(KNOWN_SGLANG_SG5)
