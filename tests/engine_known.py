@@ -1093,3 +1093,37 @@ KNOWN_XINF: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_XINF)
+
+
+# --- SGLang sg5
+KNOWN_SGLANG_SG5: dict[str, str] = {
+    "sglang/kimik2/bare-counter-unknown-args": _GIVEN_BACK
+    + " (here a bare-counter Kimi call whose argument keys fit no offered tool)",
+    "sglang/kimik3/escaped-attribute-name": (
+        "better: unoffered call: a Kimi K3 call to 'a&b', a tool the request did not offer, is"
+        " call markup: stripped and counted (stripped.unoffered_call), never run; SGLang's"
+        " detector returns it as a call"
+    ),
+    "sglang/kimik3/truncated-call-header": _open(
+        "given back half-stripped",
+        "a Kimi K3 tools section cut off after its call header holds no call and is given back"
+        " as text, whose <|open|>/<|sep|> tokens the residue stripper then removes, leaving"
+        ' their words (\'toolscall tool="python" index="1"\'); SGLang drops the section',
+    ),
+    "sglang/qwen3coder/leading-text-newline": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check.' before a Qwen3-Coder <tool_call>; SGLang keeps 'Let me check.\\n')",
+    "sglang/glm4/streaming-leading-text": _B_LAYOUT_BEFORE_CALL
+    + " ('Let me check.', as SGLang's own non-streaming GLM-4.5 test has it; its streaming"
+    " path keeps 'Let me check. ')",
+    "sglang/glm4/name-only-with-required-arg": (
+        "better: a closed name-only call: '<tool_call>get_weather</tool_call>' is the model's"
+        " whole call with no arguments, lifted as {} (the tool reports the missing required"
+        " 'city'; GLM-4.7's detector lifts the same shape); SGLang's GLM-4.5 detector wants a"
+        " newline after the name and drops it, leaving an empty reply"
+    ),
+    "sglang/deepseekv31/streaming-text-then-call": _B_LAYOUT_BEFORE_CALL
+    + " ('Sure, let me check.'; SGLang's own non-streaming DeepSeek V3.1 test strips the blank"
+    " too, its streaming path keeps it)",
+}
+
+KNOWN.update(KNOWN_SGLANG_SG5)

@@ -64,6 +64,38 @@ def test_a_call_written_json_escaped() -> None:
     )
 
 
+def test_an_array_value_written_json_escaped_in_plain_tags() -> None:
+    # SGLang's GLM-4.7 test: only the value's quotes are escaped.
+    text = (
+        "<tool_call>todo_write<arg_key>todos</arg_key>"
+        '<arg_value>[{\\"id\\": \\"1\\", \\"task\\": \\"a\\"}]</arg_value>\n</tool_call>'
+    )
+    assert check_split_invariant(text, REQUEST) == (
+        "",
+        "",
+        [("todo_write", {"todos": [{"id": "1", "task": "a"}]})],
+        "tool_calls",
+    )
+
+
+def test_a_string_value_with_escaped_quotes_stays_its_text() -> None:
+    request = {
+        **REQUEST,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "note",
+                    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+                },
+            }
+        ],
+    }
+    text = '<tool_call>note<arg_key>text</arg_key><arg_value>[\\"a\\"]</arg_value></tool_call>'
+    _, _, calls, _ = check_split_invariant(text, request)
+    assert calls == [("note", {"text": '[\\"a\\"]'})]
+
+
 # Ollama's GLM parser tests (model/parsers/glm46_test.go): a value's lost
 # close before the next pair, and a reply that stops inside the close.
 

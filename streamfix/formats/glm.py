@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from ..spec import ToolSpec
+from ..toolargs import schema_types
 from ._family import contiguous, param_schema, strip_value, typed_value
 from .base import SHAPE_MAX, EndFinder, Format, RawCall, resolve_name
 from .scan import tool_call_end
@@ -96,8 +97,26 @@ def kv_calls(
     for p in pairs:
         k = p.group(1).strip()
         raw = p.group(2) if p.group(2) is not None else p.group(3)
-        args[k] = typed_value(raw if exact else strip_value(raw), tools, name, k)
+        got = typed_value(raw if exact else strip_value(raw), tools, name, k)
+        args[k] = _escaped_json(got, tools, name, k) if isinstance(got, str) else got
     return [RawCall(name, args)]
+
+
+def _escaped_json(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) -> Any:
+    """An array or object value written with its JSON's quotes escaped
+    (``[{\\"id\\": \\"1\\"}]``, in a call whose tags are not escaped:
+    SGLang's GLM-4.7 test), read once unescaped; the text as it stands when
+    the parameter admits a string or the unescaped text is no JSON."""
+    prop = param_schema(tools, name, key) if '\\"' in raw else None
+    types = schema_types(prop) if prop is not None else frozenset()
+    if "string" in types or not types & {"array", "object"}:
+        return raw
+    try:
+        unescaped = json.loads(f'"{raw}"', strict=False)
+    except ValueError:
+        return raw
+    got = typed_value(unescaped, tools, name, key)
+    return raw if isinstance(got, str) else got
 
 
 def _lost_value_closes(
