@@ -50,6 +50,18 @@ def test_a_dangling_delimiter_after_a_quoted_value_is_dropped() -> None:
     assert got[:3] == ("", "", [("grep", {"include": "*.py", "pattern": ":\\s*\\w+"})])
 
 
+def test_a_value_closed_but_never_opened_is_a_string() -> None:
+    """SGLang's Gemma 4 tests: the model drops the opening delimiter."""
+    req = _request(web_search=["query", "city"])
+    for body, args in [
+        (f"query:weather in Tokyo{Q}", {"query": "weather in Tokyo"}),
+        (f"query:Paris, France{Q},city:{Q}x{Q}", {"query": "Paris, France", "city": "x"}),
+        (f"query:[{Q}a{Q},b{Q}]", {"query": ["a", "b"]}),
+    ]:
+        got = check_split_invariant(_call(f"call:web_search{{{body}}}"), req)
+        assert got[:3] == ("", "", [("web_search", args)]), body
+
+
 def test_a_raw_string_value_is_read_only_with_the_schema() -> None:
     value = "\n\n# Title\n\nIt's (really) long, with commas: and colons."
     text = _call("call:write{content:" + value)

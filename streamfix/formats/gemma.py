@@ -97,7 +97,12 @@ class _Reader:
         m = self.bare.match(self.s, i)
         if m is None or not m.group().strip():
             raise _Syntax("value expected")
-        return _scalar(m.group().strip()), m.end()
+        bare = m.group().strip()
+        if bare.endswith(self.q) and self.q not in bare[: -len(self.q)]:
+            # Closed but never opened (``query:weather in Tokyo<|"|>}``):
+            # a string all the same.
+            return bare[: -len(self.q)].strip(), m.end()
+        return _scalar(bare), m.end()
 
     def key(self, i: int) -> tuple[str, int]:
         if self.s.startswith(self.q, i):
@@ -177,13 +182,27 @@ def parse_calls(body: str, quote: str) -> list[RawCall] | None:
 def _repairs(body: str, quote: str) -> list[str]:
     """``body`` with one string delimiter mended, when it has an odd number
     of them (Ollama issue 15315): one left after a value the model quoted
-    with ``'``/``"`` (``pattern:'abc'<|"|>}``) is dropped. (A string never
+    with ``'``/``"`` (``pattern:'abc'<|"|>}``) is dropped; one closing a
+    bare value gets its opening one. (A string never
     closed, ``command:<|"|>ls}``, is not guessed at: no call.)"""
     if body.count(quote) % 2 == 0:
         return []
     q = re.escape(quote)
     dangling = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""" + q + r"(?=\s*[,}\]])")
-    return [body[: m.end(1)] + body[m.end() :] for m in dangling.finditer(body)]
+    out = [body[: m.end(1)] + body[m.end() :] for m in dangling.finditer(body)]
+    # A bare value the model closed but never opened (SGLang's Gemma 4
+    # tests: ``query:weather in Tokyo<|"|>}``): the opening one is put back.
+    unopened = re.compile(
+        r"([:\[,]\s*)((?:(?!"
+        + q
+        + r")[^{}\[\]:\s])(?:(?!"
+        + q
+        + r")[^{}\[\]:])*)"
+        + q
+        + r"(?=\s*[,}\]])"
+    )
+    out += [body[: m.end(1)] + quote + body[m.end(1) :] for m in unopened.finditer(body)][:8]
+    return out
 
 
 _LITERAL = re.compile(r"(?:-?\d|true\b|false\b|null\b)")
