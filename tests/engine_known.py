@@ -1127,3 +1127,16 @@ KNOWN_SGLANG_SG5: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG5)
+
+# --- SGLang x2
+_X2_GIGACHAT_TOKENS = (
+    "better: special tokens: GigaChat's <|message_sep|>/<|role_sep|>/<|function_call|> tokens"
+    " are removed from markup that comes back as text (a call whose JSON is broken or cut"
+    " off); SGLang returns the raw text with the tokens"
+)
+KNOWN_SGLANG_X2: dict[str, str] = {
+    "sglang/gigachat3/invalid-json": _X2_GIGACHAT_TOKENS,
+    "sglang/gigachat3-finish/partial-call-flushed": _X2_GIGACHAT_TOKENS,
+}
+
+KNOWN.update(KNOWN_SGLANG_X2)
