@@ -1127,3 +1127,25 @@ KNOWN_SGLANG_SG5: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG5)
+
+
+# --- x1
+KNOWN_X1: dict[str, str] = {
+    "xinference/test_deepseek_v3_1_tool_parser/invalid-json-args": _DS_TOKENS_SHOWN
+    + " (Xinference's DeepSeek V3.1 parser, arguments '{invalid_json')",
+    "xinference/test_deepseek_v3_1_tool_parser/same-function-repeated-call": _open(
+        "identical repeated call",
+        "three DeepSeek V3.1 calls, the third the same name and arguments as the second, are"
+        " all lifted as written; Xinference keeps the first of identical calls and drops the"
+        " repeat (a policy choice, left as it is)",
+    ),
+    "xinference/test_deepseek_v3_1_tool_parser/stream-without-call-begin": _open(
+        "call without its begin token",
+        "'<｜tool▁calls▁begin｜>name<｜tool▁sep｜>{…}<｜tool▁call▁end｜>' (no"
+        " <｜tool▁call▁begin｜>, as the test's streamed chunks have it) does not read: the"
+        ' tokens are stripped and \'get_current_weather{"location": "上海"}\' goes out as'
+        " text; Xinference's streaming parser lifts the call",
+    ),
+}
+
+KNOWN.update(KNOWN_X1)
