@@ -1153,6 +1153,13 @@ KNOWN_X1: dict[str, str] = {
         " other families' marker too); its closes are stripped and the rest goes out as text;"
         " Xinference's DeepSeek V4 parser lifts the call",
     ),
+    "xinference/test_deepseek_v41_tool_parser/text-then-calls": _B_LAYOUT_BEFORE_CALL
+    + " ('Checking.' before a DeepSeek V4.1 call section; Xinference keeps 'Checking. ')",
+    "xinference/test_deepseek_v41_tool_parser/text-around-calls": _B_LAYOUT_BEFORE_CALL
+    + " ('Checking. Done.': the blank before the section dropped, the one after it kept;"
+    " Xinference keeps both, 'Checking.  Done.')",
+    "xinference/test_deepseek_v41_tool_parser/text-between-call-blocks": _B_LAYOUT_BEFORE_CALL
+    + " ('Next.' between two call sections; Xinference keeps 'Next. ')",
 }
 
 KNOWN.update(KNOWN_X1)
