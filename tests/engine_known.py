@@ -1140,3 +1140,39 @@ KNOWN_SGLANG_X2: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_X2)
+
+
+# --- x1
+KNOWN_X1: dict[str, str] = {
+    "xinference/test_deepseek_v3_1_tool_parser/invalid-json-args": _DS_TOKENS_SHOWN
+    + " (Xinference's DeepSeek V3.1 parser, arguments '{invalid_json')",
+    "xinference/test_deepseek_v3_1_tool_parser/same-function-repeated-call": _open(
+        "identical repeated call",
+        "three DeepSeek V3.1 calls, the third the same name and arguments as the second, are"
+        " all lifted as written; Xinference keeps the first of identical calls and drops the"
+        " repeat (a policy choice, left as it is)",
+    ),
+    "xinference/test_deepseek_v3_1_tool_parser/stream-without-call-begin": _open(
+        "call without its begin token",
+        "'<｜tool▁calls▁begin｜>name<｜tool▁sep｜>{…}<｜tool▁call▁end｜>' (no"
+        " <｜tool▁call▁begin｜>, as the test's streamed chunks have it) does not read: the"
+        ' tokens are stripped and \'get_current_weather{"location": "上海"}\' goes out as'
+        " text; Xinference's streaming parser lifts the call",
+    ),
+    "xinference/test_deepseek_v4_tool_parser/typed-parameters-plain": _open(
+        "bare <tool_calls> wrapper",
+        "DeepSeek V4's invoke markup without the '｜DSML｜' prefix under a bare '<tool_calls>'"
+        " wrapper is not read (only the bare '<function_calls>' of V3.2 is: '<tool_calls>' is"
+        " other families' marker too); its closes are stripped and the rest goes out as text;"
+        " Xinference's DeepSeek V4 parser lifts the call",
+    ),
+    "xinference/test_deepseek_v41_tool_parser/text-then-calls": _B_LAYOUT_BEFORE_CALL
+    + " ('Checking.' before a DeepSeek V4.1 call section; Xinference keeps 'Checking. ')",
+    "xinference/test_deepseek_v41_tool_parser/text-around-calls": _B_LAYOUT_BEFORE_CALL
+    + " ('Checking. Done.': the blank before the section dropped, the one after it kept;"
+    " Xinference keeps both, 'Checking.  Done.')",
+    "xinference/test_deepseek_v41_tool_parser/text-between-call-blocks": _B_LAYOUT_BEFORE_CALL
+    + " ('Next.' between two call sections; Xinference keeps 'Next. ')",
+}
+
+KNOWN.update(KNOWN_X1)

@@ -254,6 +254,25 @@ CASES: list[tuple[str, str, str, Calls]] = [
         [("lookup_order", {"order_id": "C-3"})],
     ),
     (
+        # DeepSeek V3 glues the object to the info word (no newline).
+        "bare-json-fenced-glued",
+        '```json{"name": "lookup_order", "parameters": {"order_id": "C-3"}}```',
+        "",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "bare-json-fenced-glued-then-text",
+        'Checking.```json{"name": "lookup_order", "arguments": {"order_id": "C-3"}}```',
+        "Checking.",
+        [("lookup_order", {"order_id": "C-3"})],
+    ),
+    (
+        "python-fence-glued-stays-text",
+        "```python{x = 1}```",
+        "```python{x = 1}```",
+        [],
+    ),
+    (
         "bare-json-openai-shape",
         '{"type": "function", "function": {"name": "lookup_order", "arguments": '
         '"{\\"order_id\\": \\"C-3\\"}"}}',

@@ -32,6 +32,11 @@ INFO_MAX = 40
 
 _INFO = re.compile(r"[\w+.#-]*")
 _REGION = re.compile(r"\A```([^\n`]*)\n(.*?)(?:```\s*)?\Z", re.S)
+#: ```` ```json{…}``` ````: the object glued to the info word, no newline
+#: (DeepSeek V3 writes it so); only JSON languages, whose body starts at
+#: the brace.
+GLUED_LANGS = frozenset({"json", "jsonc"})
+_GLUED = re.compile(r"\A```(json|jsonc)(?=[{\[])(.*?)(?:```\s*)?\Z", re.S | re.I)
 _PRINT = re.compile(r"\A\s*print\((.*)\)\s*\Z", re.S)
 
 
@@ -51,20 +56,27 @@ class FenceFinder:
         if self._lang is None:
             nl = text.find("\n")
             head = self._head + (text if nl < 0 else text[:nl])
-            if len(head) > len(FENCE) + INFO_MAX or "`" in head[len(FENCE) :]:
+            glued = _glued_body_at(head)
+            if glued is not None:
+                self._lang = head[len(FENCE) : glued].lower()
+                self._peek = ""
+                i = glued - len(self._head)
+                self._head = ""
+            elif len(head) > len(FENCE) + INFO_MAX or "`" in head[len(FENCE) :]:
                 return ABORT
-            if nl < 0:
+            elif nl < 0:
                 self._head = head
                 return None
-            info = head[len(FENCE) :].strip()
-            m = _INFO.match(info)
-            assert m is not None
-            lang = m.group().lower()
-            if lang not in CALL_LANGS or info[m.end() :].strip():
-                return OPAQUE
-            self._lang = lang
-            self._peek = ""
-            i = nl + 1
+            else:
+                info = head[len(FENCE) :].strip()
+                m = _INFO.match(info)
+                assert m is not None
+                lang = m.group().lower()
+                if lang not in CALL_LANGS or info[m.end() :].strip():
+                    return OPAQUE
+                self._lang = lang
+                self._peek = ""
+                i = nl + 1
         if self._peek is not None:
             peek = self._peek + text[i:]
             decided = self._decide(peek)
@@ -113,6 +125,15 @@ class FenceFinder:
 _LEAD_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
+def _glued_body_at(head: str) -> int | None:
+    """Where the body starts in a ```` ```json{ ```` head, or None."""
+    m = _INFO.match(head, len(FENCE))
+    assert m is not None
+    if m.end() < len(head) and head[m.end()] in "{[" and m.group().lower() in GLUED_LANGS:
+        return m.end()
+    return None
+
+
 class Fenced(Format):
     name = "fenced"
     markers = (FENCE,)
@@ -129,7 +150,7 @@ class Fenced(Format):
         return names_an_offered_tool(region, tools)
 
     def parse(self, region: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
-        m = _REGION.match(region)
+        m = _GLUED.match(region) or _REGION.match(region)
         if not m:
             return None
         lang = m.group(1).strip().lower()
