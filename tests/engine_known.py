@@ -1127,3 +1127,16 @@ KNOWN_SGLANG_SG5: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_SGLANG_SG5)
+
+# --- SGLang x3
+KNOWN_SGLANG_X3: dict[str, str] = {
+    "sglang/minimax_m3/mismatched-close": _open(
+        "given back half-stripped",
+        "a MiniMax M3 block whose <city> element closes with </wrong> holds no readable call and"
+        " is given back as text, from which the residue stripper removes the </invoke> (a"
+        " MiniMax M2 wrapper) but not the M3 namespace tokens or <tool_call>; SGLang gives the"
+        " block back verbatim",
+    ),
+}
+
+KNOWN.update(KNOWN_SGLANG_X3)
