@@ -1137,6 +1137,30 @@ KNOWN_SGLANG_X3: dict[str, str] = {
         " MiniMax M2 wrapper) but not the M3 namespace tokens or <tool_call>; SGLang gives the"
         " block back verbatim",
     ),
+    "sglang/minicpm5/unknown-tool-preserved": (
+        'better: unoffered call: a MiniCPM 5 <function name="unknown"> element naming a tool'
+        " the request did not offer is call markup: stripped and counted"
+        " (stripped.unoffered_call), never run and never shown as raw XML; SGLang keeps it as"
+        " the content"
+    ),
+    **{
+        f"sglang/minicpm5/{slug}": _open(
+            "given back half-stripped",
+            f"a MiniCPM 5 element that does not read ({why}) is given back as text, from which"
+            " the residue stripper removes the </function> but not the rest of the markup;"
+            " SGLang gives the element back verbatim",
+        )
+        for slug, why in (
+            ("param-missing-name", "a <param> without a name"),
+            ("duplicate-param", "the same parameter written twice"),
+        )
+    },
+    "sglang/minicpm5/param-name-case": (
+        "better: off-schema key: a closed MiniCPM 5 call to an offered tool whose parameter is"
+        " spelled 'City' where the schema says 'city' is lifted as written (the tool reports"
+        " the missing required 'city' and the model can retry); SGLang rejects the call and"
+        " shows the raw XML to the user"
+    ),
 }
 
 KNOWN.update(KNOWN_SGLANG_X3)
