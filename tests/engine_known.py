@@ -1161,6 +1161,24 @@ KNOWN_SGLANG_X3: dict[str, str] = {
         " the missing required 'city' and the model can retry); SGLang rejects the call and"
         " shows the raw XML to the user"
     ),
+    **{
+        f"sglang/muse_glimmer/pipeline-quoted-header-{slug}": _open(
+            "implicit message end",
+            "a '<|start|>assistant to=TOOL<|message|><atem:function_calls>…' header written"
+            f" inside a to=user message not ended by <|eot|>/<|eom|> ({where}) is read as the"
+            " start of a tool message, so the block is lifted as a call; SGLang keeps the"
+            " header and block in the answer's text as a quotation (streamfix's stance, as in"
+            " ollama/glimmer/implicit-boundary, is that a header ends the message before it)",
+        )
+        for slug, where in (("after-prose", "after 'after prose:'"), ("first", "first thing"))
+    },
+    "sglang/muse_glimmer/interleaved-reasoning": _open(
+        "reasoning sections glued",
+        "two to=self messages around a call give the reasoning 'first thoughtsecond thought':"
+        " the splitter concatenates a repeating family's sections with nothing between; SGLang"
+        " joins them with a newline as the model's reference schema does (a per-family"
+        " separator in the reasoning splitter would close it)",
+    ),
 }
 
 KNOWN.update(KNOWN_SGLANG_X3)
