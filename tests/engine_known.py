@@ -1176,3 +1176,59 @@ KNOWN_X1: dict[str, str] = {
 }
 
 KNOWN.update(KNOWN_X1)
+
+
+# --- SGLang x3
+KNOWN_SGLANG_X3: dict[str, str] = {
+    "sglang/minimax_m3/mismatched-close": _open(
+        "given back half-stripped",
+        "a MiniMax M3 block whose <city> element closes with </wrong> holds no readable call and"
+        " is given back as text, from which the residue stripper removes the </invoke> (a"
+        " MiniMax M2 wrapper) but not the M3 namespace tokens or <tool_call>; SGLang gives the"
+        " block back verbatim",
+    ),
+    "sglang/minicpm5/unknown-tool-preserved": (
+        'better: unoffered call: a MiniCPM 5 <function name="unknown"> element naming a tool'
+        " the request did not offer is call markup: stripped and counted"
+        " (stripped.unoffered_call), never run and never shown as raw XML; SGLang keeps it as"
+        " the content"
+    ),
+    **{
+        f"sglang/minicpm5/{slug}": _open(
+            "given back half-stripped",
+            f"a MiniCPM 5 element that does not read ({why}) is given back as text, from which"
+            " the residue stripper removes the </function> but not the rest of the markup;"
+            " SGLang gives the element back verbatim",
+        )
+        for slug, why in (
+            ("param-missing-name", "a <param> without a name"),
+            ("duplicate-param", "the same parameter written twice"),
+        )
+    },
+    "sglang/minicpm5/param-name-case": (
+        "better: off-schema key: a closed MiniCPM 5 call to an offered tool whose parameter is"
+        " spelled 'City' where the schema says 'city' is lifted as written (the tool reports"
+        " the missing required 'city' and the model can retry); SGLang rejects the call and"
+        " shows the raw XML to the user"
+    ),
+    **{
+        f"sglang/muse_glimmer/pipeline-quoted-header-{slug}": _open(
+            "implicit message end",
+            "a '<|start|>assistant to=TOOL<|message|><atem:function_calls>…' header written"
+            f" inside a to=user message not ended by <|eot|>/<|eom|> ({where}) is read as the"
+            " start of a tool message, so the block is lifted as a call; SGLang keeps the"
+            " header and block in the answer's text as a quotation (streamfix's stance, as in"
+            " ollama/glimmer/implicit-boundary, is that a header ends the message before it)",
+        )
+        for slug, where in (("after-prose", "after 'after prose:'"), ("first", "first thing"))
+    },
+    "sglang/muse_glimmer/interleaved-reasoning": _open(
+        "reasoning sections glued",
+        "two to=self messages around a call give the reasoning 'first thoughtsecond thought':"
+        " the splitter concatenates a repeating family's sections with nothing between; SGLang"
+        " joins them with a newline as the model's reference schema does (a per-family"
+        " separator in the reasoning splitter would close it)",
+    ),
+}
+
+KNOWN.update(KNOWN_SGLANG_X3)

@@ -60,3 +60,13 @@ def test_params_in_an_arguments_element() -> None:
     )
     content, _, calls, _ = check_split_invariant(text, REQUEST)
     assert calls == [("write", {"path": "a.txt", "lines": 3})] and not content
+
+
+def test_a_parameter_written_twice_is_not_lifted() -> None:
+    # SGLang's MiniCPM 5 test (test_duplicate_param_names_invalid_v3).
+    text = (
+        '<function name="write"><param name="path">a.txt</param>'
+        '<param name="path">b.txt</param></function>'
+    )
+    content, _, calls, _ = check_split_invariant(text, REQUEST)
+    assert calls == [] and "b.txt" in content  # given back, not run with a guess

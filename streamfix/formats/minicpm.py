@@ -55,6 +55,11 @@ class MiniCpm(Format):
         args: dict[str, Any] = {}
         for p in params:
             key = p.group(1).strip()
+            if key in args:
+                # A parameter written twice leaves its value in doubt: the
+                # element is given back, never run with a guess (SGLang's
+                # MiniCPM 5 detector rejects it too).
+                return None
             if p.group(2) is not None:  # CDATA: the text as it stands
                 args[key] = p.group(2)
             else:
