@@ -36,7 +36,9 @@ _REGION = re.compile(r"\A```([^\n`]*)\n(.*?)(?:```\s*)?\Z", re.S)
 #: (DeepSeek V3 writes it so); only JSON languages, whose body starts at
 #: the brace.
 GLUED_LANGS = frozenset({"json", "jsonc"})
-_GLUED = re.compile(r"\A```(json|jsonc)(?=[{\[])(.*?)(?:```\s*)?\Z", re.S | re.I)
+_GLUED = re.compile(
+    r"\A```(" + "|".join(sorted(GLUED_LANGS)) + r")(?=[{\[])(.*?)(?:```\s*)?\Z", re.S | re.I
+)
 _PRINT = re.compile(r"\A\s*print\((.*)\)\s*\Z", re.S)
 
 

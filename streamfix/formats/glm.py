@@ -111,12 +111,21 @@ def _escaped_json(raw: str, tools: Mapping[str, ToolSpec], name: str, key: str) 
     types = schema_types(prop) if prop is not None else frozenset()
     if "string" in types or not types & {"array", "object"}:
         return raw
-    try:
-        unescaped = json.loads(f'"{raw}"', strict=False)
-    except ValueError:
+    unescaped = _unescaped(raw)
+    if unescaped is None:
         return raw
     got = typed_value(unescaped, tools, name, key)
     return raw if isinstance(got, str) else got
+
+
+def _unescaped(text: str) -> str | None:
+    """``text`` read as the inside of a JSON string (``\\n``, ``\\"``
+    unescaped), or None when it is not one."""
+    try:
+        got = json.loads(f'"{text}"', strict=False)
+    except ValueError:
+        return None
+    return got if isinstance(got, str) else None
 
 
 def _lost_value_closes(
@@ -247,8 +256,8 @@ class Glm(Format):
             # Ollama's GLM tests): the call is as whole as one whose close
             # never came (at the token limit, ``is_complete`` says no).
             body = body[:-cut].rstrip()
-        if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
-            body += "</arg_value>"  # the last value's close lost (vLLM #57826)
+        if closed:
+            body = with_last_value_closed(body)
         if not closed and OPEN in body and (run := _open_run(body, tools)):
             return run
         calls = kv_calls(body, tools, exact=True)
@@ -260,9 +269,8 @@ class Glm(Format):
         if calls is None and ("\\n" in body or '\\"' in body):
             # The whole call written JSON-escaped (a literal \n between the
             # tags, \" in the values), as SGLang's GLM 4.5 test has it.
-            try:
-                unescaped = json.loads(f'"{body}"', strict=False)
-            except ValueError:
+            unescaped = _unescaped(body)
+            if unescaped is None:
                 return None
             calls = kv_calls(unescaped.strip(), tools, exact=True)
         return calls
@@ -289,6 +297,14 @@ def _open_run(body: str, tools: Mapping[str, ToolSpec]) -> list[RawCall] | None:
             return None
         calls += got
     return calls
+
+
+def with_last_value_closed(body: str) -> str:
+    """``body`` of a call whose close came, with the ``</arg_value>`` its
+    last value lost written back (vLLM #57826); else as it is."""
+    if body.rfind("<arg_value>") > body.rfind("</arg_value>"):
+        return body + "</arg_value>"
+    return body
 
 
 def _has_required(call: RawCall, tools: Mapping[str, ToolSpec]) -> bool:

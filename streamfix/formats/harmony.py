@@ -301,7 +301,7 @@ REASONING: list[Reasoning] = [
     Reasoning(
         "harmony_bare",
         opens=(),
-        closes=(END,),  # opens none: never consulted, but a family has one
+        closes=(),
         answer=("<|start|>assistant<|message|>",),
         repeats=True,
         calls_apart=True,

@@ -22,7 +22,7 @@ from typing import ClassVar
 from ..spec import ToolSpec
 from ._family import Steps, Until
 from .base import EndFinder, Format, RawCall, Residue
-from .glm import kv_calls
+from .glm import kv_calls, with_last_value_closed
 
 OPEN = "<iquest_tool_call>"
 CLOSE = "</iquest_tool_call>"
@@ -44,10 +44,8 @@ class IQuest(Format):
         if not region.startswith(OPEN):
             return None
         body = region[len(OPEN) :].rstrip()
-        closed = body.endswith(CLOSE)
-        body = body.removesuffix(CLOSE)
-        if closed and body.rfind("<arg_value>") > body.rfind("</arg_value>"):
-            body += "</arg_value>"  # the last value's close lost (as glm.py reads it)
+        if body.endswith(CLOSE):
+            body = with_last_value_closed(body.removesuffix(CLOSE))
         return kv_calls(body, tools, exact=True)
 
 

@@ -232,7 +232,9 @@ def _markup(allowed: frozenset[str] = frozenset()) -> _Markup:
         kinds=kinds,
         start=_Table.of(markers),
         text=_Table.of([m for m in markers if m.startswith("<") and m not in leading]),
-        closes={r.name: _Table.of(list(r.closes)) for r in families},
+        # A family with only answer headers (no channel to close) has none:
+        # the splitter enters a family's reasoning only at one of its opens.
+        closes={r.name: _Table.of(list(r.closes)) for r in families if r.closes},
         unopened_close=max(len(m) for m, (k, _) in kinds.items() if k == _CLOSE),
         calls=call_table,
         ends=_Table.of(ends) if ends else None,
